@@ -1,0 +1,26 @@
+# layerlaws: the layer-wise laws of large language models.
+# A table of contents: one rule file per stage, helpers in rules/common.smk.
+from snakemake.utils import min_version
+
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/corpus.smk"
+include: "rules/models.smk"
+include: "rules/tokens.smk"
+include: "rules/hidden.smk"
+include: "rules/equilearning.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

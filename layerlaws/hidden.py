@@ -1,0 +1,215 @@
+"""Hidden-state extraction and its on-disk cache.
+
+A hidden-state folder holds, for the N text tokens of a tokens table (special tokens are
+never rows) and layers l = 0..L:
+
+- ``layer_<lll>.npy``: float32 array (N, hidden_size), the residual stream after block l
+  (l = 0: the embeddings; l = L: the model's final output, after its final norm);
+- ``rows.parquet``: ``row``, ``sentence_id``, ``position``, ``token_id`` of each row;
+- ``metadata.json``: layer count, hidden size, norm type and eps, compute and storage
+  dtypes, row count, model source, device and throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from layerlaws.errors import LayerlawsError
+from layerlaws.models import BLOCKS_THEN_FINAL_NORM, ModelFacts
+
+log = logging.getLogger(__name__)
+
+METADATA = "metadata.json"
+ROWS = "rows.parquet"
+
+
+def layer_file(layer: int) -> str:
+    return f"layer_{layer:03d}.npy"
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """One tokenised sentence: its ids (T,) int64 and which positions are special (T,) bool."""
+
+    sentence_id: int
+    token_ids: np.ndarray
+    is_special: np.ndarray
+
+
+def sequences_of(tokens: pl.DataFrame) -> list[Sequence]:
+    """Split a tokens table into sequences, in order of first appearance."""
+    ordered = tokens.sort(["sentence_id", "position"], maintain_order=True)
+    return [
+        Sequence(int(key[0]), part["token_id"].to_numpy(), part["is_special"].to_numpy())
+        for key, part in ordered.group_by("sentence_id", maintain_order=True)
+    ]
+
+
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices of sequences grouped into batches of similar length (longest first)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def _layer_states(
+    outputs: Any, input_embeddings: torch.Tensor | None, layout: str
+) -> list[torch.Tensor]:
+    """The L + 1 residual-stream tensors (B, T, d): embeddings, blocks 1..L-1, final output."""
+    states = list(outputs.hidden_states)
+    if layout == BLOCKS_THEN_FINAL_NORM:
+        # (block 1, …, block L, norm(block L)): drop raw block L, put the embeddings first.
+        return [input_embeddings, *states[:-2], states[-1]]
+    return states
+
+
+@torch.inference_mode()
+def extract_hidden_states(
+    model: Any,
+    facts: ModelFacts,
+    tokens: pl.DataFrame,
+    out_folder: str | Path,
+    batch_size: int,
+    device: str,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the model over every sequence and store the hidden states of its text tokens.
+
+    Sequences are batched by similar length and padded on the right; padded positions are
+    masked in attention and never stored (right padding leaves a causal model's real
+    positions unchanged). Writes into ``out_folder`` and returns the metadata written.
+    """
+    sequences = sequences_of(tokens)
+    text_counts = [int((~s.is_special).sum()) for s in sequences]
+    offsets = np.concatenate([[0], np.cumsum(text_counts)]).astype(np.int64)
+    n_rows = int(offsets[-1])
+    if n_rows == 0:
+        raise LayerlawsError("the tokens table holds no text tokens; nothing to extract")
+    n_layers = facts.num_layers
+    out = Path(out_folder)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = [
+        np.lib.format.open_memmap(out / layer_file(layer), mode="w+", dtype=np.float32,
+                                  shape=(n_rows, facts.hidden_size))
+        for layer in range(n_layers + 1)
+    ]
+    captured: dict[str, torch.Tensor] = {}
+    hook = None
+    if facts.hidden_states_layout == BLOCKS_THEN_FINAL_NORM:
+        hook = model.get_input_embeddings().register_forward_hook(
+            lambda _module, _inputs, output: captured.__setitem__("embeddings", output)
+        )
+    lengths = [len(s.token_ids) for s in sequences]
+    batches = length_sorted_batches(lengths, batch_size)
+    started = time.perf_counter()
+    n_tokens = 0
+    bar = tqdm(batches, desc="extract", unit="batch", disable=not progress, mininterval=5)
+    try:
+        for batch in bar:
+            width = max(lengths[i] for i in batch)
+            input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                input_ids[row, : lengths[i]] = torch.as_tensor(sequences[i].token_ids)
+                attention[row, : lengths[i]] = 1
+            outputs = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                            output_hidden_states=True, use_cache=False)
+            states = _layer_states(outputs, captured.get("embeddings"), facts.hidden_states_layout)
+            if len(states) != n_layers + 1:
+                raise LayerlawsError(
+                    f"model returned {len(states)} hidden-state tensors, expected "
+                    f"{n_layers + 1}; its hidden_states layout is not the one in the "
+                    f"architecture table for {facts.model_type!r}"
+                )
+            for layer, state in enumerate(states):
+                values = state.float().cpu().numpy()
+                for row, i in enumerate(batch):
+                    text = ~sequences[i].is_special
+                    arrays[layer][offsets[i] : offsets[i + 1]] = values[row, : lengths[i]][text]
+            n_tokens += sum(lengths[i] for i in batch)
+            bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
+    finally:
+        if hook is not None:
+            hook.remove()
+    for array in arrays:
+        array.flush()
+    seconds = time.perf_counter() - started
+    rows = pl.DataFrame(
+        {
+            "row": np.arange(n_rows, dtype=np.int64),
+            "sentence_id": np.repeat([s.sentence_id for s in sequences], text_counts),
+            "position": np.concatenate(
+                [np.flatnonzero(~s.is_special) for s in sequences]).astype(np.int32),
+            "token_id": np.concatenate([s.token_ids[~s.is_special] for s in sequences]),
+        }
+    )
+    rows.write_parquet(out / ROWS)
+    metadata = {
+        **asdict(facts),
+        "n_rows": n_rows,
+        "n_sequences": len(sequences),
+        "compute_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "storage_dtype": "float32",
+        "device": device,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
+    }
+    (out / METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
+    return metadata
+
+
+@dataclass(frozen=True)
+class HiddenStates:
+    """Read access to a hidden-state folder (arrays are memory-mapped, never loaded whole)."""
+
+    folder: Path
+    metadata: dict[str, Any]
+    rows: pl.DataFrame
+
+    @classmethod
+    def open(cls, folder: str | Path) -> HiddenStates:
+        path = Path(folder)
+        try:
+            metadata = json.loads((path / METADATA).read_text())
+            rows = pl.read_parquet(path / ROWS)
+        except (OSError, ValueError, pl.exceptions.PolarsError) as error:
+            raise LayerlawsError(
+                f"hidden-state cache {path} is missing or corrupt ({error}); delete the folder "
+                f"and rerun the workflow to extract it again"
+            ) from error
+        return cls(path, metadata, rows)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.metadata["num_layers"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.metadata["hidden_size"])
+
+    def layer(self, layer: int) -> np.ndarray:
+        """Hidden states after block ``layer``, shape (n_rows, hidden_size), memory-mapped."""
+        path = self.folder / layer_file(layer)
+        try:
+            array = np.load(path, mmap_mode="r")
+        except (OSError, ValueError) as error:
+            raise LayerlawsError(
+                f"hidden-state file {path} is missing or corrupt ({error}); delete "
+                f"{self.folder} and rerun the workflow to extract it again"
+            ) from error
+        expected = (len(self.rows), self.hidden_size)
+        if array.shape != expected:
+            raise LayerlawsError(
+                f"hidden-state file {path} has shape {array.shape}, expected {expected}; "
+                f"delete {self.folder} and rerun the workflow"
+            )
+        return array

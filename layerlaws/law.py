@@ -1,0 +1,67 @@
+"""The law of equi-learning: log PR linear in the layer index (SCIENCE.md §2).
+
+Fit log PR_l = a + b·l over l = 1..L by least squares; decay ratio ρ = exp(b), Pearson r
+between l and log PR_l, overall decay PR_L / PR_1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+LAW_KEYS = ("target", "norm", "control")
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """Least-squares fit of log PR against layer."""
+
+    intercept: float
+    slope: float
+    rho: float
+    pearson: float
+    pr_first: float
+    pr_last: float
+    overall_decay: float
+
+
+def fit_law(layers: np.ndarray, pr: np.ndarray) -> LawFit:
+    """Fit log PR = a + b·layer. ``layers`` and ``pr`` have shape (n_layers,), PR > 0."""
+    layers = np.asarray(layers, dtype=np.float64)
+    pr = np.asarray(pr, dtype=np.float64)
+    order = np.argsort(layers)
+    layers, pr = layers[order], pr[order]
+    if len(layers) < 2 or np.any(~np.isfinite(pr)) or np.any(pr <= 0):
+        nan = float("nan")
+        return LawFit(nan, nan, nan, nan, float(pr[0]), float(pr[-1]), nan)
+    log_pr = np.log(pr)
+    slope, intercept = np.polyfit(layers, log_pr, 1)
+    pearson = float(np.corrcoef(layers, log_pr)[0, 1])
+    return LawFit(
+        intercept=float(intercept),
+        slope=float(slope),
+        rho=float(np.exp(slope)),
+        pearson=pearson,
+        pr_first=float(pr[0]),
+        pr_last=float(pr[-1]),
+        overall_decay=float(pr[-1] / pr[0]),
+    )
+
+
+def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
+    """One law fit per (target, norm, control) of a ``pr.csv`` table, over layers ≥ 1.
+
+    Columns: target, norm, control, rho, pearson, pr_first, pr_last, overall_decay.
+    """
+    rows = []
+    blocks = pr_table.filter(pl.col("layer") >= 1).partition_by(LAW_KEYS, as_dict=True)
+    for key, block in sorted(blocks.items()):
+        fit = fit_law(block["layer"].to_numpy(), block["pr"].to_numpy())
+        rows.append(
+            dict(zip(LAW_KEYS, key, strict=True))
+            | {name: getattr(fit, name) for name in
+               ("rho", "pearson", "pr_first", "pr_last", "overall_decay")}
+        )
+    return pl.DataFrame(rows)

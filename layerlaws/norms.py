@@ -1,0 +1,44 @@
+"""Normalisation of intermediate hidden states before regression (SCIENCE.md §2).
+
+All functions take and return float64 arrays of shape (n_rows, hidden_dim) and act on
+each row (one token's hidden state) on its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NORM_MODES = ("model", "standardize", "none")
+
+
+def layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    """A default-initialised LayerNorm (weight 1, bias 0): (x − mean) / sqrt(var + eps)."""
+    centred = x - x.mean(axis=1, keepdims=True)
+    return centred / np.sqrt((centred**2).mean(axis=1, keepdims=True) + eps)
+
+
+def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    """A default-initialised RMSNorm (weight 1): x / sqrt(mean(x²) + eps)."""
+    return x / np.sqrt((x**2).mean(axis=1, keepdims=True) + eps)
+
+
+def standardize(x: np.ndarray) -> np.ndarray:
+    """z = (x − mean) / std across the hidden dimension (a row with std 0 becomes 0)."""
+    centred = x - x.mean(axis=1, keepdims=True)
+    std = np.sqrt((centred**2).mean(axis=1, keepdims=True))
+    return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
+
+
+def normalize(x: np.ndarray, mode: str, norm_type: str, eps: float) -> np.ndarray:
+    """Apply normalisation ``mode`` (one of NORM_MODES).
+
+    ``model`` uses a default-initialised norm of the model's own ``norm_type``
+    (``layernorm`` or ``rmsnorm``) with the model's ``eps``.
+    """
+    if mode == "none":
+        return x
+    if mode == "standardize":
+        return standardize(x)
+    if mode == "model":
+        return layer_norm(x, eps) if norm_type == "layernorm" else rms_norm(x, eps)
+    raise ValueError(f"unknown norm mode {mode!r}; allowed: {list(NORM_MODES)}")

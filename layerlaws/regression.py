@@ -1,0 +1,103 @@
+"""Ordinary least squares with intercept from streaming float64 moments.
+
+The prediction residual (fraction of variance unexplained) of the least-squares fit of a
+target y on features x with an intercept is
+
+    PR = Σ (y − ŷ)² / Σ (y − ȳ)² = 1 − cᵀ C⁺ c / v,
+
+with C = Σ (x − x̄)(x − x̄)ᵀ the centred co-moment of the features, c = Σ (x − x̄)(y − ȳ)
+and v = Σ (y − ȳ)². All three are blocks of one co-moment matrix of the joined rows
+z = [x, y], which ``Moments`` accumulates chunk by chunk, so memory does not grow with the
+number of rows. C⁺ is the pseudo-inverse through an eigendecomposition in which
+eigenvalues below ``cutoff × largest eigenvalue`` are dropped (hidden states are badly
+conditioned: their norms reach thousands); with the default cutoff 1e-12 this agrees with
+``numpy.linalg.lstsq`` wherever the features have full rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_CUTOFF = 1e-12
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Count, mean and centred co-moment of row vectors z of width p, in float64."""
+
+    n: int
+    """Number of rows."""
+    mean: np.ndarray
+    """Mean row, shape (p,)."""
+    comoment: np.ndarray
+    """Unnormalised centred co-moment Σ (z − mean)(z − mean)ᵀ, shape (p, p)."""
+
+    @classmethod
+    def empty(cls, width: int) -> Moments:
+        return cls(0, np.zeros(width), np.zeros((width, width)))
+
+    @classmethod
+    def of_rows(cls, rows: np.ndarray) -> Moments:
+        """Moments of ``rows``, shape (n, p), computed in float64."""
+        z = np.asarray(rows, dtype=np.float64)
+        if len(z) == 0:
+            return cls.empty(z.shape[1])
+        mean = z.mean(axis=0)
+        centred = z - mean
+        return cls(len(z), mean, centred.T @ centred)
+
+    def __add__(self, other: Moments) -> Moments:
+        """Moments of the union of two disjoint row sets (Chan, Golub & LeVeque merge).
+
+        With δ = mean_b − mean_a: M = M_a + M_b + δδᵀ · n_a n_b / n.
+        """
+        if other.n == 0:
+            return self
+        if self.n == 0:
+            return other
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        comoment = self.comoment + other.comoment + np.outer(delta, delta) * (self.n * other.n / n)
+        return Moments(n, self.mean + delta * (other.n / n), comoment)
+
+    def __sub__(self, part: Moments) -> Moments:
+        """Moments of the rows left after removing ``part`` (rows that were added): the
+        merge formula solved for one of its operands."""
+        if part.n == 0:
+            return self
+        rest = self.n - part.n
+        if rest <= 0:
+            raise ValueError(f"cannot remove {part.n} rows from {self.n}")
+        rest_mean = (self.n * self.mean - part.n * part.mean) / rest
+        delta = part.mean - rest_mean
+        comoment = self.comoment - part.comoment - np.outer(delta, delta) * (rest * part.n / self.n)
+        return Moments(rest, rest_mean, comoment)
+
+    def select(self, columns: np.ndarray | list[int]) -> Moments:
+        """Moments of the chosen columns only."""
+        index = np.asarray(columns)
+        return Moments(self.n, self.mean[index], self.comoment[np.ix_(index, index)])
+
+
+def prediction_residuals(
+    moments: Moments, n_features: int, cutoff: float = DEFAULT_CUTOFF
+) -> tuple[np.ndarray, int]:
+    """PR of each target column regressed on the first ``n_features`` columns.
+
+    Returns (pr of shape (n_targets,), rank kept in the pseudo-inverse). A target with
+    zero variance gives NaN.
+    """
+    d = n_features
+    features = moments.comoment[:d, :d]
+    cross = moments.comoment[:d, d:]
+    target_variance = np.diag(moments.comoment)[d:]
+    eigenvalues, eigenvectors = np.linalg.eigh(features)
+    keep = eigenvalues > cutoff * max(eigenvalues.max(), 0.0)
+    projected = eigenvectors[:, keep].T @ cross
+    explained = (projected**2 / eigenvalues[keep, None]).sum(axis=0)
+    residual = np.maximum(target_variance - explained, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pr = np.where(target_variance > 0, residual / target_variance, np.nan)
+    return pr, int(keep.sum())

@@ -1,0 +1,14 @@
+# Stage 1: a seeded sample of probing texts per dataset (independent of the model).
+
+
+rule sample_sentences:
+    output:
+        "results/corpus/{dataset}/sentences.parquet",
+    log:
+        "results/logs/sample_sentences/{dataset}.log",
+    params:
+        source=lambda wildcards: dataset_config(wildcards)["source"],
+        n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],
+        seed=lambda wildcards: dataset_config(wildcards)["seed"],
+    script:
+        "../scripts/sample_sentences.py"

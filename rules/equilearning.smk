@@ -1,0 +1,86 @@
+# Stage 5: per-layer regression, the law fit, figures and the cross-run summary.
+
+
+rule regress:
+    input:
+        hidden="results/hidden/{model}/{dataset}",
+    output:
+        "results/equilearning/{model}/{dataset}/pr.csv",
+    log:
+        "results/logs/regress/{model}/{dataset}.log",
+    params:
+        analysis=config["equilearning"],
+    script:
+        "../scripts/regress.py"
+
+
+rule fit_law:
+    input:
+        "results/equilearning/{model}/{dataset}/pr.csv",
+    output:
+        "results/equilearning/{model}/{dataset}/law.csv",
+    log:
+        "results/logs/fit_law/{model}/{dataset}.log",
+    script:
+        "../scripts/fit_law.py"
+
+
+rule plot_equilearning:
+    input:
+        pr="results/equilearning/{model}/{dataset}/pr.csv",
+        law="results/equilearning/{model}/{dataset}/law.csv",
+    output:
+        law=report(
+            "results/equilearning/{model}/{dataset}/law." + PLOT_FORMAT,
+            caption="../report/law.rst",
+            category="Equi-learning",
+            subcategory="{model} on {dataset}",
+        ),
+        norms=report(
+            "results/equilearning/{model}/{dataset}/norms." + PLOT_FORMAT,
+            caption="../report/norms.rst",
+            category="Equi-learning",
+            subcategory="{model} on {dataset}",
+        ),
+    log:
+        "results/logs/plot_equilearning/{model}/{dataset}.log",
+    params:
+        plots=config["plots"],
+        title="{model} on {dataset}",
+    script:
+        "../scripts/plot_equilearning.py"
+
+
+rule summarize_equilearning:
+    input:
+        law=[f"{equilearning_folder(m, d)}/law.csv" for m, d in runs()],
+    output:
+        report(
+            "results/equilearning/summary.csv",
+            caption="../report/summary_table.rst",
+            category="Summary",
+        ),
+    log:
+        "results/logs/summarize_equilearning.log",
+    params:
+        runs=runs(),
+    script:
+        "../scripts/summarize_equilearning.py"
+
+
+rule plot_summary:
+    input:
+        pr=[f"{equilearning_folder(m, d)}/pr.csv" for m, d in runs()],
+    output:
+        report(
+            "results/equilearning/summary." + PLOT_FORMAT,
+            caption="../report/summary_figure.rst",
+            category="Summary",
+        ),
+    log:
+        "results/logs/plot_summary.log",
+    params:
+        runs=runs(),
+        plots=config["plots"],
+    script:
+        "../scripts/plot_summary.py"

@@ -1,0 +1,17 @@
+# Stage 4: hidden states of every layer for every text token (GPU when present).
+
+
+rule extract_hidden:
+    input:
+        tokens="results/tokens/{model}/{dataset}.parquet",
+        model="results/models/{model}",
+    output:
+        directory("results/hidden/{model}/{dataset}"),
+    log:
+        "results/logs/extract_hidden/{model}/{dataset}.log",
+    params:
+        dtype=config["execution"]["dtype"],
+    resources:
+        gpu=1,
+    script:
+        "../scripts/extract_hidden.py"

@@ -1,0 +1,13 @@
+# Stage 2: each model once as a local folder that later stages load fast
+# (a GGUF is dequantised once, a hub model downloaded once).
+
+
+rule prepare_model:
+    output:
+        directory("results/models/{model}"),
+    log:
+        "results/logs/prepare_model/{model}.log",
+    params:
+        model=model_config,
+    script:
+        "../scripts/prepare_model.py"

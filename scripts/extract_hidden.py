@@ -1,0 +1,34 @@
+"""Snakemake entry point: extract hidden states (results/hidden/{model}/{dataset}/).
+
+Execution settings (device, batch size, lock folder) are read from the config rather than
+params on purpose: changing them must not invalidate finished results.
+"""
+
+import logging
+
+import polars as pl
+
+from layerlaws.atomic import atomic_path
+from layerlaws.devices import claim_device
+from layerlaws.hidden import extract_hidden_states
+from layerlaws.logs import run_logged
+from layerlaws.models import load_model, read_facts
+
+
+def main() -> None:
+    log = logging.getLogger("layerlaws")
+    execution = snakemake.config["execution"]
+    facts = read_facts(snakemake.input.model)
+    tokens = pl.read_parquet(snakemake.input.tokens)
+    with claim_device(execution["device"], execution["lock_dir"]) as claim:
+        log.info("running on %s", claim.describe())
+        model = load_model(snakemake.input.model, snakemake.params.dtype, claim.device)
+        with atomic_path(snakemake.output[0]) as folder:
+            metadata = extract_hidden_states(
+                model, facts, tokens, folder, execution["batch_size"], claim.device
+            )
+    log.info("stored %d rows × %d layers at %.0f tokens/s", metadata["n_rows"],
+             metadata["num_layers"] + 1, metadata["tokens_per_second"] or 0)
+
+
+run_logged(main, snakemake.log[0])

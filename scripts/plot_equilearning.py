@@ -1,0 +1,17 @@
+"""Snakemake entry point: law and norm-mode figures of one model × dataset."""
+
+import polars as pl
+
+from layerlaws.logs import run_logged
+from layerlaws.plots import plot_law, plot_norms
+
+
+def main() -> None:
+    pr = pl.read_csv(snakemake.input.pr)
+    law = pl.read_csv(snakemake.input.law)
+    options = snakemake.params.plots
+    plot_law(pr, law, snakemake.output.law, snakemake.params.title, options)
+    plot_norms(pr, law, snakemake.output.norms, snakemake.params.title, options)
+
+
+run_logged(main, snakemake.log[0])

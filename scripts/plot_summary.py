@@ -1,0 +1,17 @@
+"""Snakemake entry point: next-token PR of every model × dataset in one figure."""
+
+import polars as pl
+
+from layerlaws.logs import run_logged
+from layerlaws.plots import plot_summary
+
+
+def main() -> None:
+    tables = {
+        f"{model} / {dataset}": pl.read_csv(path)
+        for (model, dataset), path in zip(snakemake.params.runs, snakemake.input.pr, strict=True)
+    }
+    plot_summary(tables, snakemake.output[0], snakemake.params.plots)
+
+
+run_logged(main, snakemake.log[0])

@@ -1,0 +1,15 @@
+"""Snakemake entry point: sample probing texts (results/corpus/{dataset}/sentences.parquet)."""
+
+from layerlaws.atomic import write_parquet
+from layerlaws.corpus import sample_sentences
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    sentences = sample_sentences(
+        snakemake.params.source, snakemake.params.n_samples, snakemake.params.seed
+    )
+    write_parquet(snakemake.output[0], sentences)
+
+
+run_logged(main, snakemake.log[0])
