@@ -42,16 +42,23 @@ class DeviceClaim:
         return f"{self.device} (GPU id {self.gpu_id})"
 
 
-def visible_gpu_ids(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Ids of the GPUs this process may use, in torch's index order."""
-    import torch
+def visible_gpu_ids(
+    environ: Mapping[str, str] | None = None, device_count: int | None = None
+) -> list[str]:
+    """Ids of the GPUs this process may use, in torch's index order.
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ``device_count`` is what torch reports (asked when None); ``environ`` defaults to the
+    process environment, whose CUDA_VISIBLE_DEVICES (when set) names the devices.
+    """
+    if device_count is None:
+        import torch
+
+        device_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     preset = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if preset is None:
-        return [str(index) for index in range(count)]
+        return [str(index) for index in range(device_count)]
     ids = [entry.strip() for entry in preset.split(",") if entry.strip()]
-    return ids[:count]
+    return ids[:device_count]
 
 
 def _try_lock(path: Path) -> int | None:

@@ -119,7 +119,7 @@ def extract_hidden_states(
             input_ids = torch.zeros((len(batch), width), dtype=torch.long)
             attention = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):
-                input_ids[row, : lengths[i]] = torch.as_tensor(sequences[i].token_ids)
+                input_ids[row, : lengths[i]] = torch.tensor(sequences[i].token_ids)
                 attention[row, : lengths[i]] = 1
             outputs = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                             output_hidden_states=True, use_cache=False)

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
@@ -39,6 +40,13 @@ def _curve(pr: pl.DataFrame, target: int, norm: str, control: str) -> tuple[np.n
     return block["layer"].to_numpy(), block["pr"].to_numpy()
 
 
+def _log_axis(axis: Any) -> None:
+    """Log-scale y axis labelled with plain decimals (PR spans well under a decade)."""
+    axis.set_yscale("log")
+    axis.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))
+    axis.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _preferred(values: list[str], preferred: str) -> str:
     return preferred if preferred in values else values[0]
 
@@ -60,7 +68,7 @@ def plot_law(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str], 
     targets = sorted(pr["target"].unique().to_list())
     norm = _preferred(pr["norm"].unique().to_list(), "model")
     controls = pr["control"].unique().to_list()
-    figure, axes = plt.subplots(1, len(targets), figsize=(options["width"], 3.2),
+    figure, axes = plt.subplots(1, len(targets), figsize=(options["width"], 3.6),
                                 squeeze=False, sharex=True)
     for axis, target in zip(axes[0], targets, strict=True):
         _plot_with_fit(axis, *_curve(pr, target, norm, "none"), "tokens")
@@ -70,12 +78,13 @@ def plot_law(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str], 
         row = law.filter((pl.col("target") == target) & (pl.col("norm") == norm)
                          & (pl.col("control") == "none"))
         rho = row["rho"][0] if len(row) else float("nan")
-        axis.set_yscale("log")
+        _log_axis(axis)
         axis.set_title(f"x[t{target:+d}]  ρ={rho:.4f}", fontsize=9)
         axis.set_xlabel("layer")
         axis.legend(fontsize=7)
     axes[0][0].set_ylabel("prediction residual")
     figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
+    figure.tight_layout()
     _save(figure, path, options)
 
 
@@ -87,7 +96,7 @@ def plot_norms(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str]
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     for norm in sorted(pr["norm"].unique().to_list()):
         _plot_with_fit(axis, *_curve(pr, target, norm, "none"), norm)
-    axis.set_yscale("log")
+    _log_axis(axis)
     axis.set_xlabel("layer")
     axis.set_ylabel(f"prediction residual of x[t{target:+d}]")
     axis.set_title(f"{title}: normalisation", fontsize=10)
@@ -107,7 +116,7 @@ def plot_summary(tables: Mapping[str, pl.DataFrame], path: str | os.PathLike[str
         fit = fit_law(layers, values)
         axis.plot(layers / layers.max(), values, "o-", markersize=3, linewidth=1,
                   label=f"{label} (r={fit.pearson:.3f})")
-    axis.set_yscale("log")
+    _log_axis(axis)
     axis.set_xlabel("relative depth l / L")
     axis.set_ylabel("next-token prediction residual")
     axis.legend(fontsize=7)

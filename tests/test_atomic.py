@@ -1,0 +1,25 @@
+"""Atomic outputs: an interrupted write leaves nothing that looks finished."""
+
+import pytest
+
+from layerlaws.atomic import atomic_path, write_json
+
+
+def test_failed_write_leaves_no_file(tmp_path):
+    target = tmp_path / "out.csv"
+    with pytest.raises(RuntimeError), atomic_path(target) as temporary:
+        temporary.write_text("half")
+        raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_folder_is_replaced_whole(tmp_path):
+    target = tmp_path / "hidden"
+    target.mkdir()
+    (target / "old.npy").write_text("old")
+    with atomic_path(target) as temporary:
+        temporary.mkdir()
+        (temporary / "new.npy").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["new.npy"]
+    write_json(tmp_path / "meta.json", {"a": 1})
+    assert (tmp_path / "meta.json").read_text().strip().endswith("}")

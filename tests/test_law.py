@@ -1,0 +1,45 @@
+"""The law fit on synthetic prediction residuals."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from layerlaws.law import fit_law, law_table
+
+
+def test_exactly_geometric_pr():
+    layers = np.arange(1, 25)
+    pr = 0.9 * 0.97**layers
+    fit = fit_law(layers, pr)
+    assert fit.rho == pytest.approx(0.97, rel=1e-12)
+    assert fit.pearson == pytest.approx(-1.0, abs=1e-12)
+    assert fit.overall_decay == pytest.approx(0.97**23, rel=1e-12)
+    assert fit.pr_first == pytest.approx(0.9 * 0.97)
+
+
+def test_noisy_geometric_pr_and_rising_pr():
+    rng = np.random.default_rng(0)
+    layers = np.arange(1, 31)
+    noisy = 0.8 * 0.99**layers * np.exp(rng.normal(scale=0.003, size=30))
+    fit = fit_law(layers, noisy)
+    assert -1 < fit.pearson < -0.9
+    assert fit.rho == pytest.approx(0.99, abs=1e-3)
+    assert fit_law(layers, 0.2 * 1.03**layers).pearson == pytest.approx(1.0)
+
+
+def test_unordered_layers_and_invalid_pr():
+    assert fit_law(np.array([3, 1, 2]), np.array([0.5, 0.8, 0.6])).pr_first == 0.8
+    assert np.isnan(fit_law(np.array([1, 2, 3]), np.array([0.5, 0.0, 0.4])).rho)
+
+
+def test_law_table_ignores_layer_zero_and_groups_keys():
+    rows = []
+    for norm in ("model", "none"):
+        for layer in range(0, 6):
+            rows.append({"layer": layer, "target": 1, "norm": norm, "control": "none",
+                         "pr": 0.5 if layer == 0 else 0.9**layer, "n_rows": 10})
+    table = law_table(pl.DataFrame(rows))
+    assert table.columns == ["target", "norm", "control", "rho", "pearson", "pr_first",
+                             "pr_last", "overall_decay"]
+    assert len(table) == 2
+    assert table["rho"].to_list() == pytest.approx([0.9, 0.9])

@@ -1,0 +1,51 @@
+"""Token tables: truncation, schema, BOS and padding for left- and right-padding tokenizers."""
+
+import polars as pl
+import pytest
+
+from layerlaws.errors import LayerlawsError
+from layerlaws.models import load_tokenizer
+from layerlaws.tokens import TOKEN_SCHEMA, tokenize_sentences
+
+
+def sentences(texts):
+    return pl.DataFrame({"sentence_id": list(range(len(texts))), "text": texts,
+                         "source": ["test"] * len(texts)})
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_schema_truncation_and_special_tokens(family, llama_folder, gpt2_folder, texts):
+    tokenizer = load_tokenizer(llama_folder if family == "llama" else gpt2_folder)
+    table = tokenize_sentences(sentences(texts[:10]), tokenizer, max_tokens=16)
+    assert dict(table.schema) == TOKEN_SCHEMA
+    lengths = table.group_by("sentence_id").len()["len"]
+    assert lengths.max() == 16
+    specials = table.filter(pl.col("is_special"))
+    if family == "llama":  # adds BOS at position 0, pads on the left
+        assert tokenizer.padding_side == "left"
+        assert specials["position"].to_list() == [0] * 10
+        assert set(specials["token_id"]) == {tokenizer.bos_token_id}
+    else:  # adds nothing, pads on the right
+        assert tokenizer.padding_side == "right"
+        assert specials.is_empty()
+    assert tokenizer.pad_token_id not in table.filter(~pl.col("is_special"))["token_id"]
+    for _, part in table.group_by("sentence_id"):
+        assert sorted(part["position"]) == list(range(len(part)))
+
+
+def test_too_short_texts_are_dropped_or_rejected(llama_folder, texts):
+    tokenizer = load_tokenizer(llama_folder)
+    mixed = sentences(["Hi", texts[0], "A"])
+    table = tokenize_sentences(mixed, tokenizer, max_tokens=32, min_tokens=3)
+    assert table["sentence_id"].unique().to_list() == [1]
+    with pytest.raises(LayerlawsError, match="fewer than min_tokens=3"):
+        tokenize_sentences(sentences(["Hi", "A b"]), tokenizer, max_tokens=32, min_tokens=3)
+
+
+def test_token_budget_keeps_texts_in_order(llama_folder, texts):
+    tokenizer = load_tokenizer(llama_folder)
+    table = tokenize_sentences(sentences(texts[:20]), tokenizer, max_tokens=20, token_budget=50)
+    kept = table["sentence_id"].unique(maintain_order=True).to_list()
+    assert kept == list(range(len(kept)))
+    text_tokens = table.filter(~pl.col("is_special")).height
+    assert 50 <= text_tokens < 50 + 20
