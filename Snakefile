@@ -2,7 +2,6 @@
 # A table of contents: one rule file per stage, helpers in rules/common.smk.
 from snakemake.utils import min_version
 
-
 min_version("9.0")
 
 
@@ -13,6 +12,13 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+
+
+wildcard_constraints:
+    model=KEY_PATTERN,
+    dataset=KEY_PATTERN,
+
+
 include: "rules/corpus.smk"
 include: "rules/models.smk"
 include: "rules/tokens.smk"
@@ -21,6 +27,6 @@ include: "rules/equilearning.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True

@@ -48,8 +48,9 @@ def sample_sentences(source: Mapping[str, Any], n_samples: int, seed: int) -> pl
             f"Point the dataset at files or a dataset that contain text."
         )
     if len(chosen) < n_samples:
-        log.warning("corpus holds only %d texts; using all of them (asked for %d)",
-                    len(chosen), n_samples)
+        log.warning(
+            "corpus holds only %d texts; using all of them (asked for %d)", len(chosen), n_samples
+        )
     return pl.DataFrame(
         {
             "sentence_id": np.arange(len(chosen), dtype=np.int64),

@@ -117,7 +117,10 @@ def claim_device(
                 os.close(descriptor)
             return
         if not waited:
-            log.warning("all %d GPUs (%s) are claimed by other jobs; waiting for one",
-                        len(candidates), ",".join(candidates))
+            log.warning(
+                "all %d GPUs (%s) are claimed by other jobs; waiting for one",
+                len(candidates),
+                ",".join(candidates),
+            )
             waited = True
         time.sleep(poll_seconds)

@@ -56,8 +56,9 @@ def target_matrix(
     values, defined = [], []
     for offset in offsets:
         shifted = rows.select("sentence_id", (pl.col("position") + offset).alias("position"))
-        joined = shifted.join(lookup, on=["sentence_id", "position"], how="left",
-                              maintain_order="left")
+        joined = shifted.join(
+            lookup, on=["sentence_id", "position"], how="left", maintain_order="left"
+        )
         target = joined["target_id"]
         has_target = target.is_not_null().to_numpy()
         ids = target.fill_null(0).to_numpy().astype(np.int64)
@@ -82,8 +83,9 @@ def _layer_moments(
     lacking = [Moments.empty(width) for _ in range(defined.shape[1])]
     for start in range(0, len(features), chunk_rows):
         stop = start + chunk_rows
-        joined = np.hstack([transform(np.asarray(features[start:stop], dtype=np.float64)),
-                            targets[start:stop]])
+        joined = np.hstack(
+            [transform(np.asarray(features[start:stop], dtype=np.float64)), targets[start:stop]]
+        )
         total = total + Moments.of_rows(joined)
         for index in range(defined.shape[1]):
             missing = ~defined[start:stop, index]
@@ -108,8 +110,9 @@ def prediction_residual_table(
     """
     meta = hidden.metadata
     hidden_size, n_layers = hidden.hidden_size, hidden.num_layers
-    targets, defined = target_matrix(hidden.rows, offsets, controls, meta["vocab_size"],
-                                     shuffle_seed)
+    targets, defined = target_matrix(
+        hidden.rows, offsets, controls, meta["vocab_size"], shuffle_seed
+    )
     counts = defined.sum(axis=0)
     for offset, count in zip(offsets, counts, strict=True):
         if count <= hidden_size + 1:
@@ -123,6 +126,7 @@ def prediction_residual_table(
         features = hidden.layer(layer)
         modes = norms if layer < n_layers else ["output"]
         for mode in modes:
+
             def transform(x: np.ndarray, mode: str = mode) -> np.ndarray:
                 if mode == "output":
                     return x
@@ -134,8 +138,9 @@ def prediction_residual_table(
                 subset = (total - lacking[index]).select([*range(hidden_size), *columns])
                 pr, _rank = prediction_residuals(subset, hidden_size, cutoff)
                 for control, value in zip(controls, pr, strict=True):
-                    for norm in (norms if mode == "output" else [mode]):
-                        records.append((layer, offset, norm, control, float(value),
-                                        int(counts[index])))
+                    for norm in norms if mode == "output" else [mode]:
+                        records.append(
+                            (layer, offset, norm, control, float(value), int(counts[index]))
+                        )
         log.info("layer %d/%d done", layer, n_layers)
     return pl.DataFrame(records, schema=PR_SCHEMA, orient="row")

@@ -98,8 +98,9 @@ def extract_hidden_states(
     out = Path(out_folder)
     out.mkdir(parents=True, exist_ok=True)
     arrays = [
-        np.lib.format.open_memmap(out / layer_file(layer), mode="w+", dtype=np.float32,
-                                  shape=(n_rows, facts.hidden_size))
+        np.lib.format.open_memmap(
+            out / layer_file(layer), mode="w+", dtype=np.float32, shape=(n_rows, facts.hidden_size)
+        )
         for layer in range(n_layers + 1)
     ]
     captured: dict[str, torch.Tensor] = {}
@@ -121,8 +122,12 @@ def extract_hidden_states(
             for row, i in enumerate(batch):
                 input_ids[row, : lengths[i]] = torch.tensor(sequences[i].token_ids)
                 attention[row, : lengths[i]] = 1
-            outputs = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                            output_hidden_states=True, use_cache=False)
+            outputs = model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                output_hidden_states=True,
+                use_cache=False,
+            )
             states = _layer_states(outputs, captured.get("embeddings"), facts.hidden_states_layout)
             if len(states) != n_layers + 1:
                 raise LayerlawsError(
@@ -147,8 +152,9 @@ def extract_hidden_states(
         {
             "row": np.arange(n_rows, dtype=np.int64),
             "sentence_id": np.repeat([s.sentence_id for s in sequences], text_counts),
-            "position": np.concatenate(
-                [np.flatnonzero(~s.is_special) for s in sequences]).astype(np.int32),
+            "position": np.concatenate([np.flatnonzero(~s.is_special) for s in sequences]).astype(
+                np.int32
+            ),
             "token_id": np.concatenate([s.token_ids[~s.is_special] for s in sequences]),
         }
     )

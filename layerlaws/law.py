@@ -61,7 +61,9 @@ def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
         fit = fit_law(block["layer"].to_numpy(), block["pr"].to_numpy())
         rows.append(
             dict(zip(LAW_KEYS, key, strict=True))
-            | {name: getattr(fit, name) for name in
-               ("rho", "pearson", "pr_first", "pr_last", "overall_decay")}
+            | {
+                name: getattr(fit, name)
+                for name in ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
+            }
         )
     return pl.DataFrame(rows)

@@ -29,7 +29,7 @@ EMBEDDINGS_FIRST = "embeddings_first"
 """``hidden_states`` = (embeddings, block 1, …, block L after the final norm): L + 1 tensors."""
 
 BLOCKS_THEN_FINAL_NORM = "blocks_then_final_norm"
-"""``hidden_states`` = (block 1, …, block L, final norm of block L): L + 1 tensors, no embeddings."""
+"""``hidden_states`` = (block 1, …, block L, final norm of block L): L + 1 tensors."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,9 @@ def architecture_of(config: Any) -> Architecture:
             log.warning(
                 "model type %r is not in layerlaws.models.ARCHITECTURES; assuming %s "
                 "(eps from %s) and hidden_states = (embeddings, blocks…)",
-                config.model_type, norm_type, key,
+                config.model_type,
+                norm_type,
+                key,
             )
             return Architecture(norm_type, key, EMBEDDINGS_FIRST)
     raise LayerlawsError(

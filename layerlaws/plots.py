@@ -14,27 +14,28 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
-from layerlaws.atomic import atomic_path  # noqa: E402
-from layerlaws.law import fit_law  # noqa: E402
+from layerlaws.atomic import atomic_path
+from layerlaws.law import fit_law
 
 NEXT_TOKEN = 1
 
 
 def _save(figure: Any, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
     with atomic_path(path) as temporary:
-        figure.savefig(temporary, format=options["format"], dpi=options["dpi"],
-                       bbox_inches="tight")
+        figure.savefig(temporary, format=options["format"], dpi=options["dpi"], bbox_inches="tight")
     plt.close(figure)
 
 
 def _curve(pr: pl.DataFrame, target: int, norm: str, control: str) -> tuple[np.ndarray, ...]:
     block = pr.filter(
-        (pl.col("target") == target) & (pl.col("norm") == norm) & (pl.col("control") == control)
+        (pl.col("target") == target)
+        & (pl.col("norm") == norm)
+        & (pl.col("control") == control)
         & (pl.col("layer") >= 1)
     ).sort("layer")
     return block["layer"].to_numpy(), block["pr"].to_numpy()
@@ -51,32 +52,45 @@ def _preferred(values: list[str], preferred: str) -> str:
     return preferred if preferred in values else values[0]
 
 
-def _plot_with_fit(axis: Any, layers: np.ndarray, pr: np.ndarray, label: str, **style: Any
-                   ) -> None:
+def _plot_with_fit(axis: Any, layers: np.ndarray, pr: np.ndarray, label: str, **style: Any) -> None:
     fit = fit_law(layers, pr)
-    points = axis.plot(layers, pr, "o", markersize=3, label=f"{label} (r={fit.pearson:.3f})",
-                       **style)
+    points = axis.plot(
+        layers, pr, "o", markersize=3, label=f"{label} (r={fit.pearson:.3f})", **style
+    )
     if math.isfinite(fit.slope):
-        axis.plot(layers, np.exp(fit.intercept + fit.slope * layers), "-", linewidth=1,
-                  color=points[0].get_color())
+        axis.plot(
+            layers,
+            np.exp(fit.intercept + fit.slope * layers),
+            "-",
+            linewidth=1,
+            color=points[0].get_color(),
+        )
 
 
-def plot_law(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str], title: str,
-             options: Mapping[str, Any]) -> None:
+def plot_law(
+    pr: pl.DataFrame,
+    law: pl.DataFrame,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
     """Log PR against layer with the fitted line, one panel per target offset (paper Fig.
     1/Fig. 8 style); the shuffled-vocabulary control, if measured, in grey."""
     targets = sorted(pr["target"].unique().to_list())
     norm = _preferred(pr["norm"].unique().to_list(), "model")
     controls = pr["control"].unique().to_list()
-    figure, axes = plt.subplots(1, len(targets), figsize=(options["width"], 3.6),
-                                squeeze=False, sharex=True)
+    figure, axes = plt.subplots(
+        1, len(targets), figsize=(options["width"], 3.6), squeeze=False, sharex=True
+    )
     for axis, target in zip(axes[0], targets, strict=True):
         _plot_with_fit(axis, *_curve(pr, target, norm, "none"), "tokens")
         if "shuffled_vocab" in controls:
-            _plot_with_fit(axis, *_curve(pr, target, norm, "shuffled_vocab"),
-                           "shuffled vocab", color="0.6")
-        row = law.filter((pl.col("target") == target) & (pl.col("norm") == norm)
-                         & (pl.col("control") == "none"))
+            _plot_with_fit(
+                axis, *_curve(pr, target, norm, "shuffled_vocab"), "shuffled vocab", color="0.6"
+            )
+        row = law.filter(
+            (pl.col("target") == target) & (pl.col("norm") == norm) & (pl.col("control") == "none")
+        )
         rho = row["rho"][0] if len(row) else float("nan")
         _log_axis(axis)
         axis.set_title(f"x[t{target:+d}]  ρ={rho:.4f}", fontsize=9)
@@ -88,8 +102,13 @@ def plot_law(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str], 
     _save(figure, path, options)
 
 
-def plot_norms(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str], title: str,
-               options: Mapping[str, Any]) -> None:
+def plot_norms(
+    pr: pl.DataFrame,
+    law: pl.DataFrame,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
     """Next-token log PR against layer under each normalisation mode."""
     targets = pr["target"].unique().to_list()
     target = NEXT_TOKEN if NEXT_TOKEN in targets else targets[0]
@@ -104,8 +123,9 @@ def plot_norms(pr: pl.DataFrame, law: pl.DataFrame, path: str | os.PathLike[str]
     _save(figure, path, options)
 
 
-def plot_summary(tables: Mapping[str, pl.DataFrame], path: str | os.PathLike[str],
-                 options: Mapping[str, Any]) -> None:
+def plot_summary(
+    tables: Mapping[str, pl.DataFrame], path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
     """Next-token log PR against relative depth l / L for every model × dataset."""
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     for label, pr in tables.items():
@@ -114,8 +134,14 @@ def plot_summary(tables: Mapping[str, pl.DataFrame], path: str | os.PathLike[str
         if len(layers) == 0:
             continue
         fit = fit_law(layers, values)
-        axis.plot(layers / layers.max(), values, "o-", markersize=3, linewidth=1,
-                  label=f"{label} (r={fit.pearson:.3f})")
+        axis.plot(
+            layers / layers.max(),
+            values,
+            "o-",
+            markersize=3,
+            linewidth=1,
+            label=f"{label} (r={fit.pearson:.3f})",
+        )
     _log_axis(axis)
     axis.set_xlabel("relative depth l / L")
     axis.set_ylabel("next-token prediction residual")

@@ -69,8 +69,12 @@ def tokenize_sentences(
         columns["token_id"].append(np.asarray(ids, dtype=np.int64))
         columns["is_special"].append(special_mask)
     if too_short:
-        log.warning("dropped %d of %d texts with fewer than %d text tokens",
-                    too_short, len(sentences), min_tokens)
+        log.warning(
+            "dropped %d of %d texts with fewer than %d text tokens",
+            too_short,
+            len(sentences),
+            min_tokens,
+        )
     if kept == 0:
         raise LayerlawsError(
             f"all {len(sentences)} texts have fewer than min_tokens={min_tokens} text tokens "

@@ -1,18 +1,12 @@
-# Helpers shared by the rule files: config validation, cross-checks, output lists.
+# Helpers shared by all stages: config validation, cross-checks, output lists.
 # Nothing else reads the raw YAML.
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
-
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
 KEY_PATTERN = "[A-Za-z0-9][A-Za-z0-9_.-]*"
 PLOT_FORMAT = config["plots"]["format"]
-
-
-wildcard_constraints:
-    model=KEY_PATTERN,
-    dataset=KEY_PATTERN,
 
 
 def check_runs():
@@ -39,7 +33,10 @@ def equilearning_folder(model, dataset):
 
 
 def final_outputs():
-    outputs = ["results/equilearning/summary.csv", f"results/equilearning/summary.{PLOT_FORMAT}"]
+    outputs = [
+        "results/equilearning/summary.csv",
+        f"results/equilearning/summary.{PLOT_FORMAT}",
+    ]
     for model, dataset in runs():
         folder = equilearning_folder(model, dataset)
         outputs += [

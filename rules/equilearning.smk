@@ -31,13 +31,13 @@ rule plot_equilearning:
         law="results/equilearning/{model}/{dataset}/law.csv",
     output:
         law=report(
-            "results/equilearning/{model}/{dataset}/law." + PLOT_FORMAT,
+            f"results/equilearning/{{model}}/{{dataset}}/law.{PLOT_FORMAT}",
             caption="../report/law.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),
         norms=report(
-            "results/equilearning/{model}/{dataset}/norms." + PLOT_FORMAT,
+            f"results/equilearning/{{model}}/{{dataset}}/norms.{PLOT_FORMAT}",
             caption="../report/norms.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
@@ -73,7 +73,7 @@ rule plot_summary:
         pr=[f"{equilearning_folder(m, d)}/pr.csv" for m, d in runs()],
     output:
         report(
-            "results/equilearning/summary." + PLOT_FORMAT,
+            f"results/equilearning/summary.{PLOT_FORMAT}",
             caption="../report/summary_figure.rst",
             category="Summary",
         ),

@@ -9,9 +9,9 @@ rule extract_hidden:
         directory("results/hidden/{model}/{dataset}"),
     log:
         "results/logs/extract_hidden/{model}/{dataset}.log",
-    params:
-        dtype=config["execution"]["dtype"],
     resources:
         gpu=1,
+    params:
+        dtype=config["execution"]["dtype"],
     script:
         "../scripts/extract_hidden.py"

@@ -27,8 +27,12 @@ def main() -> None:
             metadata = extract_hidden_states(
                 model, facts, tokens, folder, execution["batch_size"], claim.device
             )
-    log.info("stored %d rows × %d layers at %.0f tokens/s", metadata["n_rows"],
-             metadata["num_layers"] + 1, metadata["tokens_per_second"] or 0)
+    log.info(
+        "stored %d rows × %d layers at %.0f tokens/s",
+        metadata["n_rows"],
+        metadata["num_layers"] + 1,
+        metadata["tokens_per_second"] or 0,
+    )
 
 
 run_logged(main, snakemake.log[0])

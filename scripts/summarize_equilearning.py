@@ -8,8 +8,9 @@ from layerlaws.logs import run_logged
 
 def main() -> None:
     tables = [
-        pl.read_csv(path).select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"),
-                                 pl.all())
+        pl.read_csv(path).select(
+            pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all()
+        )
         for (model, dataset), path in zip(snakemake.params.runs, snakemake.input.law, strict=True)
     ]
     write_csv(snakemake.output[0], pl.concat(tables))

@@ -15,8 +15,12 @@ def main() -> None:
     facts = read_facts(snakemake.input.model)
     max_tokens = snakemake.params.max_tokens
     if facts.max_positions and max_tokens > facts.max_positions:
-        log.warning("max_tokens %d exceeds the model's %d positions; truncating to %d",
-                    max_tokens, facts.max_positions, facts.max_positions)
+        log.warning(
+            "max_tokens %d exceeds the model's %d positions; truncating to %d",
+            max_tokens,
+            facts.max_positions,
+            facts.max_positions,
+        )
         max_tokens = facts.max_positions
     tokens = tokenize_sentences(
         pl.read_parquet(snakemake.input.sentences),

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-from transformers import PreTrainedTokenizerFast
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from layerlaws.sources import wikipedia_summaries
 
@@ -33,7 +38,10 @@ def build_tokenizer(texts: list[str], add_bos: bool, padding_side: str) -> PreTr
             single="<s> $A", special_tokens=[("<s>", core.token_to_id("<s>"))]
         )
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", bos_token="<s>", pad_token="<pad>",
+        tokenizer_object=core,
+        unk_token="<unk>",
+        bos_token="<s>",
+        pad_token="<pad>",
         padding_side=padding_side,
     )
 
@@ -44,16 +52,29 @@ def save_tiny_model(folder: Path, family: str, texts: list[str]) -> Path:
     if family == "llama":
         tokenizer = build_tokenizer(texts, add_bos=True, padding_side="left")
         config = LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=24, intermediate_size=48,
-            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=128, bos_token_id=1, eos_token_id=None, pad_token_id=2,
+            vocab_size=len(tokenizer),
+            hidden_size=24,
+            intermediate_size=48,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            bos_token_id=1,
+            eos_token_id=None,
+            pad_token_id=2,
         )
         model = LlamaForCausalLM(config)
     else:
         tokenizer = build_tokenizer(texts, add_bos=False, padding_side="right")
         config = GPT2Config(
-            vocab_size=len(tokenizer), n_embd=24, n_layer=4, n_head=4, n_positions=128,
-            bos_token_id=1, eos_token_id=1, pad_token_id=2,
+            vocab_size=len(tokenizer),
+            n_embd=24,
+            n_layer=4,
+            n_head=4,
+            n_positions=128,
+            bos_token_id=1,
+            eos_token_id=1,
+            pad_token_id=2,
         )
         model = GPT2LMHeadModel(config)
     model.save_pretrained(folder)

@@ -30,8 +30,11 @@ def test_sampling_is_seeded_and_reproducible(text_files):
 
 
 def test_every_file_format(text_files, texts):
-    source = {"kind": "files", "text_field": "text",
-              "paths": [str(text_files / name) for name in ("c.csv", "d.parquet")]}
+    source = {
+        "kind": "files",
+        "text_field": "text",
+        "paths": [str(text_files / name) for name in ("c.csv", "d.parquet")],
+    }
     sample = sample_sentences(source, 100, seed=0)
     assert sorted(sample["text"]) == sorted(t.strip() for t in texts[40:60])
     jsonl = {"kind": "files", "paths": [str(text_files / "b.jsonl")], "text_field": "body"}

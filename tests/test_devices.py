@@ -24,9 +24,10 @@ def _hold_a_device(lock_dir: str, record: str, seconds: float) -> None:
 def test_concurrent_jobs_never_share_a_device(tmp_path):
     record = tmp_path / "claims.jsonl"
     context = multiprocessing.get_context("spawn")
-    jobs = [context.Process(target=_hold_a_device,
-                            args=(str(tmp_path / "locks"), str(record), 0.4))
-            for _ in range(8)]
+    jobs = [
+        context.Process(target=_hold_a_device, args=(str(tmp_path / "locks"), str(record), 0.4))
+        for _ in range(8)
+    ]
     for job in jobs:
         job.start()
     for job in jobs:
@@ -64,8 +65,10 @@ def test_cpu_fallback_and_missing_gpu(tmp_path):
         assert claim.device == "cpu"
     with claim_device("cpu", tmp_path, gpu_ids=FAKE_GPUS) as claim:
         assert claim.device == "cpu"
-    with pytest.raises(LayerlawsError, match="no CUDA device is visible"), \
-            claim_device("cuda", tmp_path, gpu_ids=[]):
+    with (
+        pytest.raises(LayerlawsError, match="no CUDA device is visible"),
+        claim_device("cuda", tmp_path, gpu_ids=[]),
+    ):
         pass
     with pytest.raises(LayerlawsError, match="allowed values"), claim_device("gpu", tmp_path):
         pass

@@ -18,11 +18,19 @@ OFFSETS = [-1, 0, 1, 2]
 def hidden(llama_folder, texts, tmp_path_factory):
     root = tmp_path_factory.mktemp("equilearning")
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, root / "m")
-    sentences = pl.DataFrame({"sentence_id": list(range(60)), "text": texts[:60],
-                              "source": ["t"] * 60})
+    sentences = pl.DataFrame(
+        {"sentence_id": list(range(60)), "text": texts[:60], "source": ["t"] * 60}
+    )
     tokens = tokenize_sentences(sentences, load_tokenizer(root / "m"), max_tokens=20)
-    extract_hidden_states(load_model(root / "m", "float32", "cpu"), facts, tokens, root / "h",
-                          16, "cpu", progress=False)
+    extract_hidden_states(
+        load_model(root / "m", "float32", "cpu"),
+        facts,
+        tokens,
+        root / "h",
+        16,
+        "cpu",
+        progress=False,
+    )
     return HiddenStates.open(root / "h")
 
 
@@ -33,8 +41,10 @@ def reference_pr(hidden, layer, offset, norm, shuffled):
     if layer < hidden.num_layers:
         x = normalize(x, norm, meta["norm_type"], meta["norm_eps"])
     permutation = np.random.default_rng(0).permutation(meta["vocab_size"])
-    where = {(s, p): t for s, p, t in hidden.rows.select("sentence_id", "position", "token_id")
-             .iter_rows()}
+    where = {
+        (s, p): t
+        for s, p, t in hidden.rows.select("sentence_id", "position", "token_id").iter_rows()
+    }
     inputs, targets = [], []
     for row, (s, p) in enumerate(hidden.rows.select("sentence_id", "position").iter_rows()):
         if (s, p + offset) in where:
@@ -48,19 +58,24 @@ def reference_pr(hidden, layer, offset, norm, shuffled):
 
 
 def test_pr_table_matches_lstsq_everywhere(hidden):
-    table = prediction_residual_table(hidden, OFFSETS, ["model", "standardize", "none"],
-                                      ["none", "shuffled_vocab"], chunk_rows=97)
+    table = prediction_residual_table(
+        hidden, OFFSETS, ["model", "standardize", "none"], ["none", "shuffled_vocab"], chunk_rows=97
+    )
     assert table.columns == ["layer", "target", "norm", "control", "pr", "n_rows"]
     assert len(table) == (hidden.num_layers + 1) * 4 * 3 * 2
     for layer in (0, 2, hidden.num_layers):
         for offset in OFFSETS:
             for norm in ("model", "none"):
                 for control in ("none", "shuffled_vocab"):
-                    expected, n_rows = reference_pr(hidden, layer, offset, norm,
-                                                    control == "shuffled_vocab")
-                    row = table.filter((pl.col("layer") == layer) & (pl.col("target") == offset)
-                                       & (pl.col("norm") == norm)
-                                       & (pl.col("control") == control))
+                    expected, n_rows = reference_pr(
+                        hidden, layer, offset, norm, control == "shuffled_vocab"
+                    )
+                    row = table.filter(
+                        (pl.col("layer") == layer)
+                        & (pl.col("target") == offset)
+                        & (pl.col("norm") == norm)
+                        & (pl.col("control") == control)
+                    )
                     assert row["n_rows"][0] == n_rows
                     assert row["pr"][0] == pytest.approx(expected, rel=1e-8)
 
@@ -74,8 +89,13 @@ def test_last_layer_is_the_same_under_every_norm(hidden):
 
 
 def test_targets_never_cross_sequences_or_use_special_tokens():
-    rows = pl.DataFrame({"sentence_id": [0, 0, 0, 1, 1], "position": [1, 2, 3, 1, 2],
-                         "token_id": [10, 11, 12, 20, 21]})
+    rows = pl.DataFrame(
+        {
+            "sentence_id": [0, 0, 0, 1, 1],
+            "position": [1, 2, 3, 1, 2],
+            "token_id": [10, 11, 12, 20, 21],
+        }
+    )
     values, defined = target_matrix(rows, [-1, 1], ["none"], vocab_size=30, shuffle_seed=0)
     assert defined[:, 0].tolist() == [False, True, True, False, True]
     assert defined[:, 1].tolist() == [True, True, False, True, False]

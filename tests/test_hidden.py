@@ -15,23 +15,25 @@ from layerlaws.tokens import tokenize_sentences
 
 def extracted(folder, texts, tmp_path, batch_size):
     facts = prepare_model({"source": {"kind": "local", "path": str(folder)}}, tmp_path / "m")
-    sentences = pl.DataFrame({"sentence_id": list(range(len(texts))), "text": texts,
-                              "source": ["t"] * len(texts)})
+    sentences = pl.DataFrame(
+        {"sentence_id": list(range(len(texts))), "text": texts, "source": ["t"] * len(texts)}
+    )
     tokens = tokenize_sentences(sentences, load_tokenizer(tmp_path / "m"), max_tokens=24)
     model = load_model(tmp_path / "m", "float32", "cpu")
-    extract_hidden_states(model, facts, tokens, tmp_path / "hidden", batch_size, "cpu",
-                          progress=False)
+    extract_hidden_states(
+        model, facts, tokens, tmp_path / "hidden", batch_size, "cpu", progress=False
+    )
     return model, tokens, HiddenStates.open(tmp_path / "hidden")
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_batched_states_equal_unbatched_forward(family, llama_folder, gpt2_folder, texts,
-                                                tmp_path):
+def test_batched_states_equal_unbatched_forward(family, llama_folder, gpt2_folder, texts, tmp_path):
     folder = llama_folder if family == "llama" else gpt2_folder
     model, tokens, hidden = extracted(folder, texts[:9], tmp_path, batch_size=4)
     text_tokens = tokens.filter(~pl.col("is_special"))
     assert hidden.rows.select("sentence_id", "position", "token_id").equals(
-        text_tokens.select("sentence_id", "position", "token_id"))
+        text_tokens.select("sentence_id", "position", "token_id")
+    )
     assert hidden.metadata["n_rows"] == len(text_tokens)
     for sentence_id, part in tokens.group_by("sentence_id", maintain_order=True):
         ids = torch.tensor(part["token_id"].to_list())[None]
@@ -40,8 +42,9 @@ def test_batched_states_equal_unbatched_forward(family, llama_folder, gpt2_folde
         rows = np.flatnonzero(hidden.rows["sentence_id"].to_numpy() == sentence_id[0])
         keep = ~part["is_special"].to_numpy()
         for layer in range(hidden.num_layers + 1):
-            np.testing.assert_allclose(hidden.layer(layer)[rows], states[layer][0][keep].numpy(),
-                                       rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(
+                hidden.layer(layer)[rows], states[layer][0][keep].numpy(), rtol=1e-4, atol=1e-5
+            )
 
 
 def test_layer_count_and_corrupt_cache(llama_folder, texts, tmp_path):
@@ -49,7 +52,7 @@ def test_layer_count_and_corrupt_cache(llama_folder, texts, tmp_path):
     assert hidden.num_layers == 4
     assert sorted(p.name for p in hidden.folder.glob("layer_*.npy"))[-1] == "layer_004.npy"
     (hidden.folder / "layer_002.npy").write_bytes(b"not an array")
-    with pytest.raises(LayerlawsError, match="corrupt.*rerun"):
+    with pytest.raises(LayerlawsError, match=r"corrupt.*rerun"):
         hidden.layer(2)
     (hidden.folder / "metadata.json").write_text("{broken")
     with pytest.raises(LayerlawsError, match="delete the folder"):

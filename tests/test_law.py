@@ -36,10 +36,26 @@ def test_law_table_ignores_layer_zero_and_groups_keys():
     rows = []
     for norm in ("model", "none"):
         for layer in range(0, 6):
-            rows.append({"layer": layer, "target": 1, "norm": norm, "control": "none",
-                         "pr": 0.5 if layer == 0 else 0.9**layer, "n_rows": 10})
+            rows.append(
+                {
+                    "layer": layer,
+                    "target": 1,
+                    "norm": norm,
+                    "control": "none",
+                    "pr": 0.5 if layer == 0 else 0.9**layer,
+                    "n_rows": 10,
+                }
+            )
     table = law_table(pl.DataFrame(rows))
-    assert table.columns == ["target", "norm", "control", "rho", "pearson", "pr_first",
-                             "pr_last", "overall_decay"]
+    assert table.columns == [
+        "target",
+        "norm",
+        "control",
+        "rho",
+        "pearson",
+        "pr_first",
+        "pr_last",
+        "overall_decay",
+    ]
     assert len(table) == 2
     assert table["rho"].to_list() == pytest.approx([0.9, 0.9])

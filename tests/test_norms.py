@@ -16,15 +16,17 @@ def states() -> np.ndarray:
 
 def test_model_mode_layernorm_equals_default_torch_layernorm(states):
     reference = torch.nn.LayerNorm(16, eps=1e-5).double()(torch.from_numpy(states)).detach()
-    np.testing.assert_allclose(normalize(states, "model", "layernorm", 1e-5), reference.numpy(),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        normalize(states, "model", "layernorm", 1e-5), reference.numpy(), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_model_mode_rmsnorm_equals_default_llama_rmsnorm(states):
     # LlamaRMSNorm computes in float32 whatever its input dtype: compare at that precision.
     reference = LlamaRMSNorm(16, eps=1e-6).double()(torch.from_numpy(states)).detach()
-    np.testing.assert_allclose(normalize(states, "model", "rmsnorm", 1e-6), reference.numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        normalize(states, "model", "rmsnorm", 1e-6), reference.numpy(), rtol=1e-6
+    )
 
 
 def test_standardize_and_none(states):

@@ -9,8 +9,9 @@ from layerlaws.tokens import TOKEN_SCHEMA, tokenize_sentences
 
 
 def sentences(texts):
-    return pl.DataFrame({"sentence_id": list(range(len(texts))), "text": texts,
-                         "source": ["test"] * len(texts)})
+    return pl.DataFrame(
+        {"sentence_id": list(range(len(texts))), "text": texts, "source": ["test"] * len(texts)}
+    )
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
