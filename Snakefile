@@ -5,7 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The embedded defaults, unless the user gives a config file of their own (Snakemake would
+# otherwise merge the two, leaking default models and datasets into the user's run).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 report: "report/workflow.rst"

@@ -78,19 +78,21 @@ def _layer_moments(
 ) -> tuple[Moments, list[Moments]]:
     """Moments of [transform(features), targets] over all rows, and over the rows lacking
     each offset's target."""
-    width = features.shape[1] + targets.shape[1]
+    hidden_size = features.shape[1]
+    width = hidden_size + targets.shape[1]
     total = Moments.empty(width)
     lacking = [Moments.empty(width) for _ in range(defined.shape[1])]
+    joined = np.empty((min(chunk_rows, len(features)), width))
     for start in range(0, len(features), chunk_rows):
-        stop = start + chunk_rows
-        joined = np.hstack(
-            [transform(np.asarray(features[start:stop], dtype=np.float64)), targets[start:stop]]
-        )
-        total = total + Moments.of_rows(joined)
+        stop = min(start + chunk_rows, len(features))
+        rows = joined[: stop - start]
+        rows[:, :hidden_size] = transform(np.asarray(features[start:stop], dtype=np.float64))
+        rows[:, hidden_size:] = targets[start:stop]
+        total = total + Moments.of_rows(rows)
         for index in range(defined.shape[1]):
             missing = ~defined[start:stop, index]
             if missing.any():
-                lacking[index] = lacking[index] + Moments.of_rows(joined[missing])
+                lacking[index] = lacking[index] + Moments.of_rows(rows[missing])
     return total, lacking
 
 

@@ -93,10 +93,17 @@ def prediction_residuals(
     features = moments.comoment[:d, :d]
     cross = moments.comoment[:d, d:]
     target_variance = np.diag(moments.comoment)[d:]
-    eigenvalues, eigenvectors = np.linalg.eigh(features)
+    eigenvalues = np.linalg.eigvalsh(features)
     keep = eigenvalues > cutoff * max(eigenvalues.max(), 0.0)
-    projected = eigenvectors[:, keep].T @ cross
-    explained = (projected**2 / eigenvalues[keep, None]).sum(axis=0)
+    if keep.all():
+        # Nothing is cut: C⁺ = C⁻¹, and a linear solve is several times cheaper than the
+        # eigenvectors.
+        explained = (cross * np.linalg.solve(features, cross)).sum(axis=0)
+    else:
+        eigenvalues, eigenvectors = np.linalg.eigh(features)
+        keep = eigenvalues > cutoff * max(eigenvalues.max(), 0.0)
+        projected = eigenvectors[:, keep].T @ cross
+        explained = (projected**2 / eigenvalues[keep, None]).sum(axis=0)
     residual = np.maximum(target_variance - explained, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         pr = np.where(target_variance > 0, residual / target_variance, np.nan)

@@ -21,14 +21,25 @@ def write_config(workdir: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, configfile: Path | None = None,
-              timeout: int = 900) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900
+) -> subprocess.CompletedProcess:
     """Run Snakemake on the workflow in ``workdir`` with ``configfile`` (default: the
     workdir's config.yaml)."""
     configfile = configfile or workdir / "config.yaml"
-    command = [*SNAKEMAKE, "--directory", str(workdir), "--configfile", str(configfile),
-               "--cores", "2", "--resources", "gpu=1",
-               "--show-failed-logs", *args]
+    command = [
+        *SNAKEMAKE,
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        "--resources",
+        "gpu=1",
+        "--show-failed-logs",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 

@@ -11,8 +11,16 @@ from snakemake_runs import REPO, run_ok, scheduled_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
-AFTER_TOKENS = {"tokenize", "extract_hidden", "regress", "fit_law", "plot_equilearning",
-                "summarize_equilearning", "plot_summary", "all"}
+AFTER_TOKENS = {
+    "tokenize",
+    "extract_hidden",
+    "regress",
+    "fit_law",
+    "plot_equilearning",
+    "summarize_equilearning",
+    "plot_summary",
+    "all",
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +31,17 @@ def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "tiny-gpt2": {"source": {"kind": "local", "path": str(gpt2_folder)}},
         },
         "datasets": {
-            "mini": {"source": {"kind": "files", "paths": [str(corpus_file)]},
-                     "n_samples": 40, "max_tokens": 24},
+            "mini": {
+                "source": {"kind": "files", "paths": [str(corpus_file)]},
+                "n_samples": 40,
+                "max_tokens": 24,
+            },
         },
-        "runs": [{"model": "tiny-llama", "dataset": "mini"},
-                 {"model": "tiny-gpt2", "dataset": "mini"}],
-        "execution": {"batch_size": 8,
-                      "lock_dir": str(tmp_path_factory.mktemp("locks"))},
+        "runs": [
+            {"model": "tiny-llama", "dataset": "mini"},
+            {"model": "tiny-gpt2", "dataset": "mini"},
+        ],
+        "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
     }
 
 
@@ -63,8 +75,16 @@ def test_outputs_and_their_columns(finished):
         assert len(pr) == 5 * 4 * 3 * 2
         assert pr["pr"].is_between(0, 1).all()
         law = pl.read_csv(folder / "law.csv")
-        assert law.columns == ["target", "norm", "control", "rho", "pearson", "pr_first",
-                               "pr_last", "overall_decay"]
+        assert law.columns == [
+            "target",
+            "norm",
+            "control",
+            "rho",
+            "pearson",
+            "pr_first",
+            "pr_last",
+            "overall_decay",
+        ]
         assert (folder / "law.svg").stat().st_size > 1000
         assert (folder / "norms.svg").stat().st_size > 1000
         hidden = results / "hidden" / model / "mini"
@@ -92,8 +112,7 @@ def test_plot_option_reruns_only_plots(finished, base_config, tmp_path):
     assert set(jobs) == {"plot_equilearning", "plot_summary", "all"}
 
 
-def test_max_tokens_reruns_tokenisation_and_after_but_not_sampling(finished, base_config,
-                                                                   tmp_path):
+def test_max_tokens_reruns_tokenisation_and_after_but_not_sampling(finished, base_config, tmp_path):
     config = copy.deepcopy(base_config)
     config["datasets"]["mini"]["max_tokens"] = 20
     jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
@@ -103,13 +122,25 @@ def test_max_tokens_reruns_tokenisation_and_after_but_not_sampling(finished, bas
 
 def test_new_dataset_runs_only_its_own_chain(finished, base_config, corpus_file, tmp_path):
     config = copy.deepcopy(base_config)
-    config["datasets"]["other"] = {"source": {"kind": "files", "paths": [str(corpus_file)]},
-                                   "n_samples": 30, "seed": 1, "max_tokens": 24}
+    config["datasets"]["other"] = {
+        "source": {"kind": "files", "paths": [str(corpus_file)]},
+        "n_samples": 30,
+        "seed": 1,
+        "max_tokens": 24,
+    }
     config["runs"].append({"model": "tiny-llama", "dataset": "other"})
     jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
-    assert jobs == {"sample_sentences": 1, "tokenize": 1, "extract_hidden": 1, "regress": 1,
-                    "fit_law": 1, "plot_equilearning": 1, "summarize_equilearning": 1,
-                    "plot_summary": 1, "all": 1}
+    assert jobs == {
+        "sample_sentences": 1,
+        "tokenize": 1,
+        "extract_hidden": 1,
+        "regress": 1,
+        "fit_law": 1,
+        "plot_equilearning": 1,
+        "summarize_equilearning": 1,
+        "plot_summary": 1,
+        "all": 1,
+    }
 
 
 def test_invalid_config_value_names_the_key(base_config, tmp_path):

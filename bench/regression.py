@@ -1,0 +1,109 @@
+"""Benchmark: our streaming PR against the reference code's method, on cached hidden states.
+
+Ours: ``prediction_residual_table`` (float64 moments streamed from the memory-mapped cache,
+one shared co-moment per layer for all targets). Baseline (the paper's code): one
+scikit-learn ``LinearRegression`` per layer and target on float32 arrays held in memory,
+PR = 1 − R². Both use the ``model`` normalisation and the same rows. Reference: float64
+``numpy.linalg.lstsq`` with an intercept on the same rows.
+
+Peak memory is the peak of Python-visible allocations (tracemalloc; NumPy and SciPy
+report theirs) during each method, beyond what was allocated before it.
+
+Usage (after `make run`, which caches the default model's hidden states):
+    .venv/bin/python bench/regression.py [results/hidden/smollm2-135m/wiki-science]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LinearRegression
+
+from layerlaws.equilearning import prediction_residual_table, target_matrix
+from layerlaws.hidden import HiddenStates
+from layerlaws.norms import normalize
+
+TARGETS = [-1, 0, 1, 2]
+DEFAULT = "results/hidden/smollm2-135m/wiki-science"
+
+
+def measured(function, *args):
+    """(result, seconds, peak MiB of new allocations) of function(*args)."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    started = time.perf_counter()
+    result = function(*args)
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return result, seconds, peak
+
+
+def features(hidden: HiddenStates, layer: int) -> np.ndarray:
+    x = np.asarray(hidden.layer(layer), dtype=np.float64)
+    if layer < hidden.num_layers:
+        x = normalize(x, "model", hidden.metadata["norm_type"], hidden.metadata["norm_eps"])
+    return x
+
+
+def ours(hidden: HiddenStates) -> dict[tuple[int, int], float]:
+    table = prediction_residual_table(hidden, TARGETS, ["model"], ["none"])
+    return {(row["layer"], row["target"]): row["pr"] for row in table.iter_rows(named=True)}
+
+
+def baseline(hidden: HiddenStates) -> dict[tuple[int, int], float]:
+    targets, defined = target_matrix(hidden.rows, TARGETS, ["none"], 1, 0)
+    layers = [features(hidden, layer).astype(np.float32) for layer in range(hidden.num_layers + 1)]
+    results = {}
+    for layer, x in enumerate(layers):
+        for index, offset in enumerate(TARGETS):
+            rows = defined[:, index]
+            y = targets[rows, index].astype(np.float32)
+            fit = LinearRegression().fit(x[rows], y)
+            results[(layer, offset)] = 1.0 - fit.score(x[rows], y)
+    return results
+
+
+def reference(hidden: HiddenStates) -> dict[tuple[int, int], float]:
+    targets, defined = target_matrix(hidden.rows, TARGETS, ["none"], 1, 0)
+    results = {}
+    for layer in range(hidden.num_layers + 1):
+        x = features(hidden, layer)
+        for index, offset in enumerate(TARGETS):
+            rows = defined[:, index]
+            design = np.hstack([x[rows], np.ones((rows.sum(), 1))])
+            y = targets[rows, index]
+            residual = y - design @ np.linalg.lstsq(design, y, rcond=None)[0]
+            results[(layer, offset)] = (residual**2).sum() / ((y - y.mean()) ** 2).sum()
+    return results
+
+
+def main() -> None:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
+    if not folder.is_dir():
+        sys.exit(f"no hidden states at {folder}: run `make run` first (or pass a folder)")
+    hidden = HiddenStates.open(folder)
+    print(
+        f"hidden states: {folder} ({len(hidden.rows)} rows, {hidden.num_layers + 1} layers, "
+        f"hidden size {hidden.hidden_size}, {len(TARGETS)} targets)"
+    )
+    ours_pr, ours_s, ours_mb = measured(ours, hidden)
+    print(f"ours:      {ours_s:8.2f} s  peak {ours_mb:8.1f} MiB")
+    base_pr, base_s, base_mb = measured(baseline, hidden)
+    print(f"baseline:  {base_s:8.2f} s  peak {base_mb:8.1f} MiB")
+    exact = reference(hidden)
+    ours_diff = max(abs(ours_pr[key] - exact[key]) for key in exact)
+    base_diff = max(abs(base_pr[key] - exact[key]) for key in exact)
+    print(f"largest |PR − lstsq float64|: ours {ours_diff:.3e}, baseline {base_diff:.3e}")
+    print(
+        f"speedup={base_s / ours_s:.2f} max_pr_diff={ours_diff:.3e} "
+        f"peak_mb_ours={ours_mb:.1f} peak_mb_baseline={base_mb:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

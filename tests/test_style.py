@@ -1,0 +1,35 @@
+"""Formatting and lint of the Python code and the Snakemake files are part of the tests."""
+
+import subprocess
+import sys
+
+from snakemake_runs import REPO
+
+BIN = f"{sys.prefix}/bin"
+
+
+def run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_ruff_lint_and_format():
+    lint = run(f"{BIN}/ruff", "check", ".")
+    assert lint.returncode == 0, lint.stdout
+    formatting = run(f"{BIN}/ruff", "format", "--check", ".")
+    assert formatting.returncode == 0, formatting.stdout
+
+
+def test_snakefmt():
+    result = run(f"{BIN}/snakefmt", "--check", "Snakefile", "rules")
+    assert result.returncode == 0, result.stderr
+
+
+def test_snakemake_lint_finds_nothing_but_the_missing_conda_envs():
+    """The workflow's software environment is the project's .venv (pip, pinned in
+    pyproject.toml), not per-rule conda environments; every other lint must be clean."""
+    result = run(sys.executable, "-m", "snakemake", "--lint")
+    titles = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("* ")]
+    assert titles, "snakemake --lint printed no lint at all: the check itself is broken"
+    assert set(titles) == {"* Specify a conda environment or container for each rule.:"}, (
+        result.stderr
+    )
