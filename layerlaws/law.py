@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 LAW_KEYS = ("target", "norm", "control")
+LAW_STATISTICS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
 
 
 @dataclass(frozen=True)

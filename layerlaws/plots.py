@@ -104,7 +104,6 @@ def plot_law(
 
 def plot_norms(
     pr: pl.DataFrame,
-    law: pl.DataFrame,
     path: str | os.PathLike[str],
     title: str,
     options: Mapping[str, Any],

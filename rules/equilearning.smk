@@ -8,6 +8,7 @@ rule regress:
         "results/equilearning/{model}/{dataset}/pr.csv",
     log:
         "results/logs/regress/{model}/{dataset}.log",
+    threads: 4
     params:
         analysis=config["equilearning"],
     script:

@@ -9,6 +9,7 @@ rule extract_hidden:
         directory("results/hidden/{model}/{dataset}"),
     log:
         "results/logs/extract_hidden/{model}/{dataset}.log",
+    threads: 4
     resources:
         gpu=1,
     params:

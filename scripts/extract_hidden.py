@@ -7,6 +7,7 @@ params on purpose: changing them must not invalidate finished results.
 import logging
 
 import polars as pl
+import torch
 
 from layerlaws.atomic import atomic_path
 from layerlaws.devices import claim_device
@@ -20,6 +21,7 @@ def main() -> None:
     execution = snakemake.config["execution"]
     facts = read_facts(snakemake.input.model)
     tokens = pl.read_parquet(snakemake.input.tokens)
+    torch.set_num_threads(snakemake.threads)
     with claim_device(execution["device"], execution["lock_dir"]) as claim:
         log.info("running on %s", claim.describe())
         model = load_model(snakemake.input.model, snakemake.params.dtype, claim.device)

@@ -11,7 +11,7 @@ def main() -> None:
     law = pl.read_csv(snakemake.input.law)
     options = snakemake.params.plots
     plot_law(pr, law, snakemake.output.law, snakemake.params.title, options)
-    plot_norms(pr, law, snakemake.output.norms, snakemake.params.title, options)
+    plot_norms(pr, snakemake.output.norms, snakemake.params.title, options)
 
 
 run_logged(main, snakemake.log[0])
