@@ -77,11 +77,11 @@ def _layer_moments(
     chunk_rows: int,
 ) -> tuple[Moments, list[Moments]]:
     """Moments of [transform(features), targets] over all rows, and over the rows lacking
-    each offset's target."""
+    each offset's target (few: a sequence's first or last |offset| tokens)."""
     hidden_size = features.shape[1]
     width = hidden_size + targets.shape[1]
     total = Moments.empty(width)
-    lacking = [Moments.empty(width) for _ in range(defined.shape[1])]
+    lacking_rows: list[list[np.ndarray]] = [[] for _ in range(defined.shape[1])]
     joined = np.empty((min(chunk_rows, len(features)), width))
     for start in range(0, len(features), chunk_rows):
         stop = min(start + chunk_rows, len(features))
@@ -89,10 +89,10 @@ def _layer_moments(
         rows[:, :hidden_size] = transform(np.asarray(features[start:stop], dtype=np.float64))
         rows[:, hidden_size:] = targets[start:stop]
         total = total + Moments.of_rows(rows)
-        for index in range(defined.shape[1]):
-            missing = ~defined[start:stop, index]
-            if missing.any():
-                lacking[index] = lacking[index] + Moments.of_rows(rows[missing])
+        for index, kept in enumerate(lacking_rows):
+            # Few rows lack a target (the ends of sequences): keep them, not their moments.
+            kept.append(rows[~defined[start:stop, index]].copy())
+    lacking = [Moments.of_rows(np.concatenate(kept)) for kept in lacking_rows]
     return total, lacking
 
 

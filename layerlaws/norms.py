@@ -11,21 +11,26 @@ import numpy as np
 NORM_MODES = ("model", "standardize", "none")
 
 
+def _mean_square(x: np.ndarray) -> np.ndarray:
+    """Mean of the squares of each row, shape (n_rows, 1)."""
+    return (np.einsum("ij,ij->i", x, x) / x.shape[1])[:, None]
+
+
 def layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
     """A default-initialised LayerNorm (weight 1, bias 0): (x − mean) / sqrt(var + eps)."""
     centred = x - x.mean(axis=1, keepdims=True)
-    return centred / np.sqrt((centred**2).mean(axis=1, keepdims=True) + eps)
+    return centred / np.sqrt(_mean_square(centred) + eps)
 
 
 def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
     """A default-initialised RMSNorm (weight 1): x / sqrt(mean(x²) + eps)."""
-    return x / np.sqrt((x**2).mean(axis=1, keepdims=True) + eps)
+    return x / np.sqrt(_mean_square(x) + eps)
 
 
 def standardize(x: np.ndarray) -> np.ndarray:
     """z = (x − mean) / std across the hidden dimension (a row with std 0 becomes 0)."""
     centred = x - x.mean(axis=1, keepdims=True)
-    std = np.sqrt((centred**2).mean(axis=1, keepdims=True))
+    std = np.sqrt(_mean_square(centred))
     return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
 
 

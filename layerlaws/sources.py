@@ -156,3 +156,21 @@ LOCAL_LOADERS: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {
     "files": file_texts,
     "packaged": packaged_texts,
 }
+
+
+def iter_texts(source: Mapping[str, Any]) -> Iterator[Candidate]:
+    """Every non-blank text of a source, in the source's own order (whole corpora: the
+    signature stage counts over all of them, or up to a token budget)."""
+    kind = source["kind"]
+    if kind == "hub":
+        text_field = source.get("text_field", "text")
+        label = f"{source['name']}:{source.get('split', 'train')}"
+        rows = enumerate(_load_hub_dataset(source))
+        candidates: Iterator[Candidate] = (
+            (_hub_text(row, text_field, source), f"{label}:{i}") for i, row in rows
+        )
+    elif kind in LOCAL_LOADERS:
+        candidates = iter(LOCAL_LOADERS[kind](source))
+    else:
+        raise LayerlawsError(f"unknown dataset source kind {kind!r}")
+    return ((text.strip(), where) for text, where in candidates if text.strip())

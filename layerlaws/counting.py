@@ -1,0 +1,87 @@
+"""Unigram and within-sequence bigram counts of a tokenised corpus, in DuckDB.
+
+The corpus is a set of Parquet shards with columns ``sentence_id``, ``position``,
+``token_id`` and ``is_special``. Only text tokens count: special tokens (BOS, EOS) are left
+out, and a bigram pairs a token with the next text token *of the same sequence*, so no
+bigram crosses a sequence boundary. DuckDB streams the shards and spills its hash tables to
+``temp_directory`` when they outgrow ``memory_limit``, so corpora far larger than memory
+can be counted.
+
+Outputs: ``unigrams.parquet`` (``token``, ``count``) and ``bigrams.parquet`` (``token``,
+``next_token``, ``count``), all int64.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+
+from layerlaws.atomic import atomic_path
+
+
+def connect(memory_limit_mb: int, temp_directory: str | os.PathLike[str], threads: int
+            ) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that spills to ``temp_directory`` beyond the limit."""
+    Path(temp_directory).mkdir(parents=True, exist_ok=True)
+    connection = duckdb.connect(":memory:")
+    connection.execute(f"SET memory_limit = '{int(memory_limit_mb)}MB'")
+    connection.execute(f"SET temp_directory = '{Path(temp_directory).as_posix()}'")
+    connection.execute(f"SET threads = {int(threads)}")
+    connection.execute("SET preserve_insertion_order = false")
+    return connection
+
+
+def _files(paths: Sequence[str | os.PathLike[str]]) -> str:
+    return "[" + ", ".join(f"'{Path(path).as_posix()}'" for path in paths) + "]"
+
+
+UNIGRAMS_SQL = """
+SELECT token_id AS token, count(*) AS count
+FROM read_parquet({files})
+WHERE NOT is_special
+GROUP BY token_id
+"""
+
+# A bigram is two adjacent text tokens of one sequence: a self-join on (sentence_id,
+# position + 1). A hash join and a hash aggregate, both of which DuckDB spills to disk.
+BIGRAMS_SQL = """
+WITH tokens AS (SELECT sentence_id, position, token_id, is_special FROM read_parquet({files}))
+SELECT current.token_id AS token, following.token_id AS next_token, count(*) AS count
+FROM tokens AS current
+JOIN tokens AS following
+  ON following.sentence_id = current.sentence_id AND following.position = current.position + 1
+WHERE NOT current.is_special AND NOT following.is_special
+GROUP BY current.token_id, following.token_id
+"""
+
+POOL_SQL = {
+    "unigrams": "SELECT token, sum(count)::BIGINT AS count FROM read_parquet({files}) "
+    "GROUP BY token",
+    "bigrams": "SELECT token, next_token, sum(count)::BIGINT AS count "
+    "FROM read_parquet({files}) GROUP BY token, next_token",
+}
+
+
+def _copy(connection: duckdb.DuckDBPyConnection, query: str, out: str | os.PathLike[str]
+          ) -> None:
+    with atomic_path(out) as temporary:
+        connection.execute(f"COPY ({query}) TO '{temporary.as_posix()}' (FORMAT parquet)")
+
+
+def count_tokens(connection: duckdb.DuckDBPyConnection, shards: Sequence[str | os.PathLike[str]],
+                 unigrams_out: str | os.PathLike[str], bigrams_out: str | os.PathLike[str]
+                 ) -> None:
+    """Count unigrams and within-sequence bigrams of the shards into two Parquet files."""
+    files = _files(shards)
+    _copy(connection, UNIGRAMS_SQL.format(files=files), unigrams_out)
+    _copy(connection, BIGRAMS_SQL.format(files=files), bigrams_out)
+
+
+def pool_counts(connection: duckdb.DuckDBPyConnection, kind: str,
+                parts: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> None:
+    """Sum the ``kind`` (``unigrams`` or ``bigrams``) counts of several corpora: counts
+    of disjoint corpora add up."""
+    _copy(connection, POOL_SQL[kind].format(files=_files(parts)), out)
