@@ -6,8 +6,9 @@ scikit-learn ``LinearRegression`` per layer and target on float32 arrays held in
 PR = 1 − R². Both use the ``model`` normalisation and the same rows. Reference: float64
 ``numpy.linalg.lstsq`` with an intercept on the same rows.
 
-Times are the best of two runs, without allocation tracing; peak memory is the peak of Python-visible
-allocations (tracemalloc; NumPy and SciPy report theirs) in a second, traced run of each.
+Times are the best of two runs, without allocation tracing; peak memory is the peak of
+Python-visible allocations (tracemalloc; NumPy and SciPy report theirs) in a separate,
+traced run of each.
 
 Usage (after `make run`, which caches the default model's hidden states):
     .venv/bin/python bench/regression.py [results/hidden/smollm2-135m/wiki-science]
