@@ -28,6 +28,7 @@ include: "rules/models.smk"
 include: "rules/tokens.smk"
 include: "rules/hidden.smk"
 include: "rules/equilearning.smk"
+include: "rules/signatures.smk"
 
 
 rule all:

@@ -22,8 +22,9 @@ import duckdb
 from layerlaws.atomic import atomic_path
 
 
-def connect(memory_limit_mb: int, temp_directory: str | os.PathLike[str], threads: int
-            ) -> duckdb.DuckDBPyConnection:
+def connect(
+    memory_limit_mb: int, temp_directory: str | os.PathLike[str], threads: int
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection that spills to ``temp_directory`` beyond the limit."""
     Path(temp_directory).mkdir(parents=True, exist_ok=True)
     connection = duckdb.connect(":memory:")
@@ -65,23 +66,29 @@ POOL_SQL = {
 }
 
 
-def _copy(connection: duckdb.DuckDBPyConnection, query: str, out: str | os.PathLike[str]
-          ) -> None:
+def _copy(connection: duckdb.DuckDBPyConnection, query: str, out: str | os.PathLike[str]) -> None:
     with atomic_path(out) as temporary:
         connection.execute(f"COPY ({query}) TO '{temporary.as_posix()}' (FORMAT parquet)")
 
 
-def count_tokens(connection: duckdb.DuckDBPyConnection, shards: Sequence[str | os.PathLike[str]],
-                 unigrams_out: str | os.PathLike[str], bigrams_out: str | os.PathLike[str]
-                 ) -> None:
+def count_tokens(
+    connection: duckdb.DuckDBPyConnection,
+    shards: Sequence[str | os.PathLike[str]],
+    unigrams_out: str | os.PathLike[str],
+    bigrams_out: str | os.PathLike[str],
+) -> None:
     """Count unigrams and within-sequence bigrams of the shards into two Parquet files."""
     files = _files(shards)
     _copy(connection, UNIGRAMS_SQL.format(files=files), unigrams_out)
     _copy(connection, BIGRAMS_SQL.format(files=files), bigrams_out)
 
 
-def pool_counts(connection: duckdb.DuckDBPyConnection, kind: str,
-                parts: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> None:
+def pool_counts(
+    connection: duckdb.DuckDBPyConnection,
+    kind: str,
+    parts: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+) -> None:
     """Sum the ``kind`` (``unigrams`` or ``bigrams``) counts of several corpora: counts
     of disjoint corpora add up."""
     _copy(connection, POOL_SQL[kind].format(files=_files(parts)), out)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from layerlaws.errors import LayerlawsError
@@ -229,3 +230,19 @@ def load_model(folder: str | Path, dtype: str, device: str) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype])
     return model.to(device).eval()
+
+
+def embedding_matrices(folder: str | Path) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Input (W_E) and output (W_U) embedding matrices of a prepared model, each
+    (vocab_size, hidden_size) float32, and whether they are tied (the same weights)."""
+    model = load_model(folder, "float32", "cpu")
+    input_weights = model.get_input_embeddings().weight
+    output_layer = model.get_output_embeddings()
+    if output_layer is None:
+        raise LayerlawsError(f"model in {folder} has no output embedding (LM head)")
+    tied = output_layer.weight.data_ptr() == input_weights.data_ptr()
+    return (
+        input_weights.detach().numpy().copy(),
+        output_layer.weight.detach().numpy().copy(),
+        bool(tied),
+    )

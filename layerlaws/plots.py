@@ -25,7 +25,8 @@ from layerlaws.law import fit_law
 NEXT_TOKEN = 1
 
 
-def _save(figure: Any, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
+def save_figure(figure: Any, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
+    """Write a figure atomically in the configured format, then close it."""
     with atomic_path(path) as temporary:
         figure.savefig(temporary, format=options["format"], dpi=options["dpi"], bbox_inches="tight")
     plt.close(figure)
@@ -99,7 +100,7 @@ def plot_law(
     axes[0][0].set_ylabel("prediction residual")
     figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
     figure.tight_layout()
-    _save(figure, path, options)
+    save_figure(figure, path, options)
 
 
 def plot_norms(
@@ -119,7 +120,7 @@ def plot_norms(
     axis.set_ylabel(f"prediction residual of x[t{target:+d}]")
     axis.set_title(f"{title}: normalisation", fontsize=10)
     axis.legend(fontsize=8)
-    _save(figure, path, options)
+    save_figure(figure, path, options)
 
 
 def plot_summary(
@@ -145,4 +146,4 @@ def plot_summary(
     axis.set_xlabel("relative depth l / L")
     axis.set_ylabel("next-token prediction residual")
     axis.legend(fontsize=7)
-    _save(figure, path, options)
+    save_figure(figure, path, options)

@@ -58,10 +58,7 @@ def _token_table(
         columns["token_id"].append(np.asarray(ids, dtype=np.int64))
         columns["is_special"].append(special_mask)
     table = pl.DataFrame(
-        {
-            name: np.concatenate(parts) if parts else []
-            for name, parts in columns.items()
-        },
+        {name: np.concatenate(parts) if parts else [] for name, parts in columns.items()},
         schema=TOKEN_SCHEMA,
     )
     return table, too_short, text_tokens

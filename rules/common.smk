@@ -1,5 +1,7 @@
 # Helpers shared by all stages: config validation, cross-checks, output lists.
 # Nothing else reads the raw YAML.
+import re
+
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -23,6 +25,47 @@ def check_runs():
 check_runs()
 
 
+def check_signatures():
+    """Pools name datasets, pool names differ from dataset keys, runs name known keys."""
+    signatures = config["signatures"]
+    for pool, members in signatures["pools"].items():
+        if pool in config["datasets"]:
+            raise WorkflowError(
+                f"config signatures.pools.{pool}: a pool may not share its name with a "
+                f"dataset; rename it"
+            )
+        for member in members:
+            if member not in config["datasets"]:
+                raise WorkflowError(
+                    f"config signatures.pools.{pool} names {member!r}, which is not a key "
+                    f"of datasets; known datasets: {sorted(config['datasets'])}"
+                )
+    corpora = sorted([*config["datasets"], *signatures["pools"]])
+    for index, run in enumerate(signatures["runs"]):
+        if run["model"] not in config["models"]:
+            raise WorkflowError(
+                f"config signatures.runs[{index}].model is {run['model']!r}, which is not a "
+                f"key of models; known models: {sorted(config['models'])}"
+            )
+        if run["dataset"] not in corpora:
+            raise WorkflowError(
+                f"config signatures.runs[{index}].dataset is {run['dataset']!r}, which is "
+                f"neither a dataset nor a pool; known: {corpora}"
+            )
+
+
+check_signatures()
+
+
+def alternatives(names):
+    """A regex matching exactly one of ``names`` (and nothing when there are none)."""
+    return "|".join(re.escape(name) for name in sorted(names)) or "(?!)"
+
+
+DATASET_KEYS = alternatives(config["datasets"])
+POOL_KEYS = alternatives(config["signatures"]["pools"])
+
+
 def runs():
     """(model, dataset) pairs in config order, without repeats."""
     return list(dict.fromkeys((run["model"], run["dataset"]) for run in config["runs"]))
@@ -44,7 +87,35 @@ def final_outputs():
             f"{folder}/law.{PLOT_FORMAT}",
             f"{folder}/norms.{PLOT_FORMAT}",
         ]
+    return outputs + signature_outputs()
+
+
+def signature_folder(model, dataset):
+    return f"results/signatures/{model}/{dataset}"
+
+
+SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
+
+
+def signature_outputs():
+    outputs = []
+    for run in config["signatures"]["runs"]:
+        folder = signature_folder(run["model"], run["dataset"])
+        outputs += [f"{folder}/rcos.csv", f"{folder}/percentiles.csv"]
+        outputs += [f"{folder}/{name}.{PLOT_FORMAT}" for name in SIGNATURE_FIGURES]
     return outputs
+
+
+def pool_members(kind):
+    """Input function: the ``kind`` counts of every dataset of a pool."""
+
+    def members(wildcards):
+        return [
+            f"{signature_folder(wildcards.model, member)}/{kind}.parquet"
+            for member in config["signatures"]["pools"][wildcards.dataset]
+        ]
+
+    return members
 
 
 def model_config(wildcards):

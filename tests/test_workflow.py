@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 
 import polars as pl
@@ -41,6 +42,15 @@ def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             {"model": "tiny-llama", "dataset": "mini"},
             {"model": "tiny-gpt2", "dataset": "mini"},
         ],
+        "signatures": {
+            "pools": {"pooled": ["mini"]},
+            "runs": [
+                {"model": "tiny-llama", "dataset": "mini"},
+                {"model": "tiny-gpt2", "dataset": "pooled"},
+            ],
+            "top_tokens": 60,
+            "shard_texts": 30,
+        },
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
     }
 
@@ -107,9 +117,52 @@ def test_report_is_generated(finished):
 
 
 def test_plot_option_reruns_only_plots(finished, base_config, tmp_path):
-    config = copy.deepcopy(base_config) | {"plots": {"dpi": 80}}
+    config = copy.deepcopy(base_config) | {"plots": {"dpi": 80, "heatmap_tokens": 10}}
     jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
-    assert set(jobs) == {"plot_equilearning", "plot_summary", "all"}
+    assert set(jobs) == {"plot_equilearning", "plot_summary", "plot_signatures", "all"}
+
+
+def test_signature_outputs(finished):
+    results = finished / "results/signatures"
+    for model, corpus, tied in (("tiny-llama", "mini", False), ("tiny-gpt2", "pooled", True)):
+        folder = results / model / corpus
+        rcos = pl.read_csv(folder / "rcos.csv")
+        assert rcos.columns == ["matrix", "signature", "r_cos", "n_tokens"]
+        assert {("W_E", "next"), ("W_U", "pre"), ("W_E", "tilde"), ("W_U", "tilde")} <= set(
+            rcos.select("matrix", "signature").rows()
+        )
+        assert rcos["n_tokens"].max() <= 60 and rcos["r_cos"].is_between(-1, 1).all()
+        per_token = pl.read_parquet(folder / "per_token.parquet")
+        assert per_token.columns == [
+            "matrix",
+            "signature",
+            "token",
+            "text",
+            "correlation",
+            "mean_similarity",
+        ]
+        deciles = pl.read_csv(folder / "percentiles.csv")
+        assert deciles["decile"].unique().sort().to_list() == list(range(1, 11))
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["tied_embeddings"] is tied
+        for name in ("heatmaps", "deciles", "per_token", "digits"):
+            assert (folder / f"{name}.svg").stat().st_size > 1000
+    # A pool of one corpus has exactly that corpus's counts.
+    for kind in ("unigrams", "bigrams"):
+        member = pl.read_parquet(results / f"tiny-gpt2/mini/{kind}.parquet")
+        pooled = pl.read_parquet(results / f"tiny-gpt2/pooled/{kind}.parquet")
+        assert pooled.sort(pl.all()).equals(member.sort(pl.all()))
+    shards = pl.read_parquet(results / "tiny-llama/mini/shards/*.parquet")
+    assert shards["sentence_id"].n_unique() == 80
+    unigrams = pl.read_parquet(results / "tiny-llama/mini/unigrams.parquet")
+    assert unigrams["count"].sum() == shards.filter(~pl.col("is_special")).height
+
+
+def test_changing_c_does_not_recount(finished, base_config, tmp_path):
+    config = copy.deepcopy(base_config)
+    config["signatures"]["top_tokens"] = 30
+    jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
+    assert set(jobs) == {"compare_signatures", "plot_signatures", "all"}
 
 
 def test_max_tokens_reruns_tokenisation_and_after_but_not_sampling(finished, base_config, tmp_path):

@@ -1,0 +1,102 @@
+# Stage 6: probability signatures counted over whole corpora in DuckDB, compared with
+# the geometry of each model's embedding matrices.
+
+
+rule tokenize_corpus:
+    input:
+        model="results/models/{model}",
+    output:
+        directory("results/signatures/{model}/{dataset}/shards"),
+    log:
+        "results/logs/tokenize_corpus/{model}/{dataset}.log",
+    wildcard_constraints:
+        dataset=DATASET_KEYS,
+    params:
+        source=lambda wildcards: dataset_config(wildcards)["source"],
+        token_budget=config["signatures"]["token_budget"],
+        shard_texts=config["signatures"]["shard_texts"],
+    script:
+        "../scripts/tokenize_corpus.py"
+
+
+rule count_tokens:
+    input:
+        shards="results/signatures/{model}/{dataset}/shards",
+    output:
+        unigrams="results/signatures/{model}/{dataset}/unigrams.parquet",
+        bigrams="results/signatures/{model}/{dataset}/bigrams.parquet",
+    log:
+        "results/logs/count_tokens/{model}/{dataset}.log",
+    wildcard_constraints:
+        dataset=DATASET_KEYS,
+    threads: 2
+    resources:
+        mem_mb=config["signatures"]["duckdb_memory_mb"],
+    script:
+        "../scripts/count_tokens.py"
+
+
+rule pool_counts:
+    input:
+        unigrams=pool_members("unigrams"),
+        bigrams=pool_members("bigrams"),
+    output:
+        unigrams="results/signatures/{model}/{dataset}/unigrams.parquet",
+        bigrams="results/signatures/{model}/{dataset}/bigrams.parquet",
+    log:
+        "results/logs/pool_counts/{model}/{dataset}.log",
+    wildcard_constraints:
+        dataset=POOL_KEYS,
+    threads: 2
+    resources:
+        mem_mb=config["signatures"]["duckdb_memory_mb"],
+    script:
+        "../scripts/pool_counts.py"
+
+
+rule compare_signatures:
+    input:
+        unigrams="results/signatures/{model}/{dataset}/unigrams.parquet",
+        bigrams="results/signatures/{model}/{dataset}/bigrams.parquet",
+        model="results/models/{model}",
+    output:
+        rcos=report(
+            "results/signatures/{model}/{dataset}/rcos.csv",
+            caption="../report/rcos.rst",
+            category="Probability signatures",
+            subcategory="{model} on {dataset}",
+        ),
+        per_token="results/signatures/{model}/{dataset}/per_token.parquet",
+        percentiles="results/signatures/{model}/{dataset}/percentiles.csv",
+        views="results/signatures/{model}/{dataset}/views.npz",
+        summary="results/signatures/{model}/{dataset}/summary.json",
+    log:
+        "results/logs/compare_signatures/{model}/{dataset}.log",
+    params:
+        top_tokens=config["signatures"]["top_tokens"],
+    script:
+        "../scripts/compare_signatures.py"
+
+
+rule plot_signatures:
+    input:
+        views="results/signatures/{model}/{dataset}/views.npz",
+        per_token="results/signatures/{model}/{dataset}/per_token.parquet",
+        percentiles="results/signatures/{model}/{dataset}/percentiles.csv",
+    output:
+        **{
+            name: report(
+                f"results/signatures/{{model}}/{{dataset}}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/signatures_{name}.rst",
+                category="Probability signatures",
+                subcategory="{model} on {dataset}",
+            )
+            for name in SIGNATURE_FIGURES
+        },
+    log:
+        "results/logs/plot_signatures/{model}/{dataset}.log",
+    params:
+        plots=config["plots"],
+        title="{model} on {dataset}",
+    script:
+        "../scripts/plot_signatures.py"

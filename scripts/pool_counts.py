@@ -1,0 +1,16 @@
+"""Snakemake entry point: counts of a pool of corpora, summed in DuckDB."""
+
+import tempfile
+
+from layerlaws.counting import connect, pool_counts
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(dir=snakemake.resources.tmpdir, prefix="duckdb-") as spill:
+        connection = connect(snakemake.resources.mem_mb, spill, snakemake.threads)
+        for kind in ("unigrams", "bigrams"):
+            pool_counts(connection, kind, snakemake.input[kind], snakemake.output[kind])
+
+
+run_logged(main, snakemake.log[0])

@@ -1,0 +1,98 @@
+"""DuckDB counting against collections.Counter on small token tables."""
+
+import collections
+import itertools
+
+import numpy as np
+import polars as pl
+import pytest
+
+from layerlaws.counting import connect, count_tokens, pool_counts
+from layerlaws.tokens import TOKEN_SCHEMA
+
+
+def token_table(seed: int, n_sequences: int, first_id: int = 0) -> pl.DataFrame:
+    """Random sequences (lengths 1–12, ids 0–19) opened by a special token 99."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for sentence in range(first_id, first_id + n_sequences):
+        length = int(rng.integers(1, 13))
+        rows.append((sentence, 0, 99, True))
+        rows += [(sentence, p, int(rng.integers(0, 20)), False) for p in range(1, length + 1)]
+    return pl.DataFrame(rows, schema=TOKEN_SCHEMA, orient="row")
+
+
+def counter_counts(table: pl.DataFrame) -> tuple[collections.Counter, collections.Counter]:
+    unigrams, bigrams = collections.Counter(), collections.Counter()
+    for _, part in table.sort("sentence_id", "position").group_by("sentence_id"):
+        tokens = part.filter(~pl.col("is_special"))["token_id"].to_list()
+        unigrams.update(tokens)
+        bigrams.update(itertools.pairwise(tokens))
+    return unigrams, bigrams
+
+
+def as_counter(frame: pl.DataFrame, keys: list[str]) -> collections.Counter:
+    return collections.Counter(
+        {
+            tuple(row[:-1]) if len(keys) > 1 else row[0]: row[-1]
+            for row in frame.select(*keys, "count").iter_rows()
+        }
+    )
+
+
+@pytest.fixture
+def connection(tmp_path):
+    return connect(256, tmp_path / "spill", threads=2)
+
+
+def test_counts_equal_a_counter_across_shards(tmp_path, connection):
+    shards = [token_table(0, 300), token_table(1, 200, first_id=300)]
+    for index, shard in enumerate(shards):
+        shard.write_parquet(tmp_path / f"shard_{index}.parquet")
+    count_tokens(
+        connection,
+        sorted(tmp_path.glob("shard_*.parquet")),
+        tmp_path / "uni.parquet",
+        tmp_path / "bi.parquet",
+    )
+    unigrams, bigrams = counter_counts(pl.concat(shards))
+    assert as_counter(pl.read_parquet(tmp_path / "uni.parquet"), ["token"]) == unigrams
+    assert as_counter(pl.read_parquet(tmp_path / "bi.parquet"), ["token", "next_token"]) == bigrams
+    assert 99 not in unigrams
+
+
+def test_no_bigram_crosses_a_sequence_boundary(tmp_path, connection):
+    table = pl.DataFrame(
+        [(0, 0, 1, False), (0, 1, 2, False), (1, 0, 3, False), (1, 1, 4, False)],
+        schema=TOKEN_SCHEMA,
+        orient="row",
+    )
+    table.write_parquet(tmp_path / "shard.parquet")
+    count_tokens(
+        connection, [tmp_path / "shard.parquet"], tmp_path / "u.parquet", tmp_path / "b.parquet"
+    )
+    pairs = pl.read_parquet(tmp_path / "b.parquet").select("token", "next_token").rows()
+    assert sorted(pairs) == [(1, 2), (3, 4)]
+
+
+def test_pooled_counts_add_up(tmp_path, connection):
+    for name, seed in (("a", 0), ("b", 1)):
+        token_table(seed, 100).write_parquet(tmp_path / f"{name}.parquet")
+        count_tokens(
+            connection,
+            [tmp_path / f"{name}.parquet"],
+            tmp_path / f"{name}-u.parquet",
+            tmp_path / f"{name}-b.parquet",
+        )
+    pool_counts(
+        connection,
+        "bigrams",
+        [tmp_path / "a-b.parquet", tmp_path / "b-b.parquet"],
+        tmp_path / "pool.parquet",
+    )
+    expected = as_counter(
+        pl.read_parquet(tmp_path / "a-b.parquet"), ["token", "next_token"]
+    ) + as_counter(pl.read_parquet(tmp_path / "b-b.parquet"), ["token", "next_token"])
+    assert (
+        as_counter(pl.read_parquet(tmp_path / "pool.parquet"), ["token", "next_token"]) == expected
+    )
