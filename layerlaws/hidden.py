@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -72,13 +73,65 @@ def _layer_states(
     return states
 
 
+CPU_BATCH_SIZE = 16
+"""Batch size of ``batch_size: auto`` on a CPU."""
+
+
+def automatic_batch_size(facts: ModelFacts, longest: int, device: str, dtype_bytes: int) -> int:
+    """Sequences per batch that should fit in half the device's free memory.
+
+    A forward pass with ``output_hidden_states`` keeps L + 1 hidden states per token and
+    needs working space of roughly 24 hidden-size vectors more (MLP, attention, norms).
+    The estimate is rough on purpose: an out-of-memory batch is split and retried.
+    """
+    if not device.startswith("cuda"):
+        return CPU_BATCH_SIZE
+    free_bytes, _ = torch.cuda.mem_get_info(torch.device(device))
+    per_sequence = longest * (facts.num_layers + 1 + 24) * facts.hidden_size * dtype_bytes
+    return int(max(1, min(512, free_bytes // 2 // per_sequence)))
+
+
+def run_splitting_on_oom(
+    process: Callable[[list[int]], None], batch: list[int], device: str
+) -> int:
+    """Process ``batch``; when the device runs out of memory, process its two halves
+    instead (recursively). Returns how many times a batch was split; a single sequence
+    that does not fit is a LayerlawsError."""
+    try:
+        process(batch)
+        return 0
+    except torch.OutOfMemoryError:
+        if len(batch) == 1:
+            raise LayerlawsError(
+                f"one sequence does not fit in the memory of {device}; lower the dataset's "
+                f"max_tokens, use execution.dtype bfloat16, or a larger GPU"
+            ) from None
+    # Outside the handler, the exception and the frames holding the batch's tensors are
+    # gone, so their memory can be released before the retry.
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    half = len(batch) // 2
+    log.warning(
+        "out of memory with %d sequences on %s; retrying as %d + %d",
+        len(batch),
+        device,
+        half,
+        len(batch) - half,
+    )
+    return (
+        1
+        + run_splitting_on_oom(process, batch[:half], device)
+        + run_splitting_on_oom(process, batch[half:], device)
+    )
+
+
 @torch.inference_mode()
 def extract_hidden_states(
     model: Any,
     facts: ModelFacts,
     tokens: pl.DataFrame,
     out_folder: str | Path,
-    batch_size: int,
+    batch_size: int | str,
     device: str,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -86,7 +139,9 @@ def extract_hidden_states(
 
     Sequences are batched by similar length and padded on the right; padded positions are
     masked in attention and never stored (right padding leaves a causal model's real
-    positions unchanged). Writes into ``out_folder`` and returns the metadata written.
+    positions unchanged). ``batch_size`` is a number of sequences or ``auto`` (see
+    automatic_batch_size); a batch that runs out of device memory is split and retried.
+    Writes into ``out_folder`` and returns the metadata written.
     """
     sequences = sequences_of(tokens)
     text_counts = [int((~s.is_special).sum()) for s in sequences]
@@ -110,36 +165,45 @@ def extract_hidden_states(
             lambda _module, _inputs, output: captured.__setitem__("embeddings", output)
         )
     lengths = [len(s.token_ids) for s in sequences]
-    batches = length_sorted_batches(lengths, batch_size)
+    if batch_size == "auto":
+        dtype_bytes = next(model.parameters()).element_size()
+        batch_size = automatic_batch_size(facts, max(lengths), device, dtype_bytes)
+        log.info("batch size %d (auto, %s)", batch_size, device)
+    batches = length_sorted_batches(lengths, int(batch_size))
     started = time.perf_counter()
-    n_tokens = 0
+    n_tokens = retries = 0
     bar = tqdm(batches, desc="extract", unit="batch", disable=not progress, mininterval=5)
+
+    def store(batch: list[int]) -> None:
+        """Run one batch and write its text tokens' states into the layer arrays."""
+        width = max(lengths[i] for i in batch)
+        input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            input_ids[row, : lengths[i]] = torch.tensor(sequences[i].token_ids)
+            attention[row, : lengths[i]] = 1
+        outputs = model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            output_hidden_states=True,
+            use_cache=False,
+        )
+        states = _layer_states(outputs, captured.get("embeddings"), facts.hidden_states_layout)
+        if len(states) != n_layers + 1:
+            raise LayerlawsError(
+                f"model returned {len(states)} hidden-state tensors, expected "
+                f"{n_layers + 1}; its hidden_states layout is not the one in the "
+                f"architecture table for {facts.model_type!r}"
+            )
+        for layer, state in enumerate(states):
+            values = state.float().cpu().numpy()
+            for row, i in enumerate(batch):
+                text = ~sequences[i].is_special
+                arrays[layer][offsets[i] : offsets[i + 1]] = values[row, : lengths[i]][text]
+
     try:
         for batch in bar:
-            width = max(lengths[i] for i in batch)
-            input_ids = torch.zeros((len(batch), width), dtype=torch.long)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                input_ids[row, : lengths[i]] = torch.tensor(sequences[i].token_ids)
-                attention[row, : lengths[i]] = 1
-            outputs = model(
-                input_ids=input_ids.to(device),
-                attention_mask=attention.to(device),
-                output_hidden_states=True,
-                use_cache=False,
-            )
-            states = _layer_states(outputs, captured.get("embeddings"), facts.hidden_states_layout)
-            if len(states) != n_layers + 1:
-                raise LayerlawsError(
-                    f"model returned {len(states)} hidden-state tensors, expected "
-                    f"{n_layers + 1}; its hidden_states layout is not the one in the "
-                    f"architecture table for {facts.model_type!r}"
-                )
-            for layer, state in enumerate(states):
-                values = state.float().cpu().numpy()
-                for row, i in enumerate(batch):
-                    text = ~sequences[i].is_special
-                    arrays[layer][offsets[i] : offsets[i + 1]] = values[row, : lengths[i]][text]
+            retries += run_splitting_on_oom(store, batch, device)
             n_tokens += sum(lengths[i] for i in batch)
             bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
     finally:
@@ -166,6 +230,8 @@ def extract_hidden_states(
         "compute_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "storage_dtype": "float32",
         "device": device,
+        "batch_size": batch_size,
+        "out_of_memory_retries": retries,
         "seconds": round(seconds, 3),
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
     }

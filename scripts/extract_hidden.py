@@ -5,6 +5,7 @@ params on purpose: changing them must not invalidate finished results.
 """
 
 import logging
+import os
 
 import polars as pl
 import torch
@@ -23,7 +24,11 @@ def main() -> None:
     tokens = pl.read_parquet(snakemake.input.tokens)
     torch.set_num_threads(snakemake.threads)
     with claim_device(execution["device"], execution["lock_dir"]) as claim:
-        log.info("running on %s", claim.describe())
+        log.info(
+            "running on %s (CUDA_VISIBLE_DEVICES=%r)",
+            claim.describe(),
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
         model = load_model(snakemake.input.model, snakemake.params.dtype, claim.device)
         with atomic_path(snakemake.output[0]) as folder:
             metadata = extract_hidden_states(

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from layerlaws.errors import LayerlawsError
-from layerlaws.hidden import HiddenStates, extract_hidden_states, length_sorted_batches
+from layerlaws.hidden import (
+    CPU_BATCH_SIZE,
+    HiddenStates,
+    automatic_batch_size,
+    extract_hidden_states,
+    length_sorted_batches,
+)
 from layerlaws.models import load_model, load_tokenizer, prepare_model
 from layerlaws.tokens import tokenize_sentences
 
@@ -58,6 +64,55 @@ def test_layer_count_and_corrupt_cache(llama_folder, texts, tmp_path):
     with pytest.raises(LayerlawsError, match="delete the folder"):
         HiddenStates.open(hidden.folder)
     assert json.loads((tmp_path / "m" / "layerlaws_model.json").read_text())["num_layers"] == 4
+
+
+class RunsOutOfMemory:
+    """A model that fails like a full GPU whenever a batch holds more than two sequences."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def __call__(self, input_ids, **kwargs):
+        self.calls.append(len(input_ids))
+        if len(input_ids) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return self.model(input_ids=input_ids, **kwargs)
+
+    def parameters(self):
+        return self.model.parameters()
+
+
+def test_out_of_memory_splits_the_batch_and_gives_the_same_states(llama_folder, texts, tmp_path):
+    model, tokens, reference = extracted(llama_folder, texts[:7], tmp_path, batch_size=7)
+    failing = RunsOutOfMemory(model)
+    facts = prepare_model(
+        {"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "again"
+    )
+    metadata = extract_hidden_states(
+        failing, facts, tokens, tmp_path / "retried", 7, "cpu", progress=False
+    )
+    assert failing.calls == [7, 3, 1, 2, 4, 2, 2]
+    assert metadata["out_of_memory_retries"] == 3
+    retried = HiddenStates.open(tmp_path / "retried")
+    for layer in range(reference.num_layers + 1):
+        np.testing.assert_allclose(retried.layer(layer), reference.layer(layer), atol=1e-5)
+
+
+def test_a_sequence_too_long_for_the_device_is_a_clear_error(llama_folder, texts, tmp_path):
+    model, tokens, _ = extracted(llama_folder, texts[:1], tmp_path, batch_size=1)
+
+    def always_full(input_ids, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+    always_full.parameters = model.parameters
+    facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m2")
+    with pytest.raises(LayerlawsError, match="lower the dataset's max_tokens"):
+        extract_hidden_states(always_full, facts, tokens, tmp_path / "x", 1, "cpu", progress=False)
+
+
+def test_automatic_batch_size_on_cpu(llama_folder, tmp_path):
+    facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
+    assert automatic_batch_size(facts, 128, "cpu", 4) == CPU_BATCH_SIZE
 
 
 def test_batches_are_sorted_by_length():
