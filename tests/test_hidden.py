@@ -117,3 +117,21 @@ def test_automatic_batch_size_on_cpu(llama_folder, tmp_path):
 
 def test_batches_are_sorted_by_length():
     assert length_sorted_batches([3, 9, 1, 9, 5], 2) == [[1, 3], [4, 0], [2]]
+
+
+def test_bfloat16_extraction_is_stored_in_float32_close_to_float32(llama_folder, texts, tmp_path):
+    model, tokens, reference = extracted(llama_folder, texts[:4], tmp_path, batch_size=2)
+    facts = prepare_model(
+        {"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "bf16"
+    )
+    half = load_model(tmp_path / "bf16", "bfloat16", "cpu")
+    metadata = extract_hidden_states(
+        half, facts, tokens, tmp_path / "h16", 2, "cpu", progress=False
+    )
+    assert metadata["compute_dtype"] == "bfloat16" and metadata["storage_dtype"] == "float32"
+    states = HiddenStates.open(tmp_path / "h16")
+    for layer in range(states.num_layers + 1):
+        array = states.layer(layer)
+        assert array.dtype == np.float32
+        scale = np.abs(reference.layer(layer)).max()
+        assert np.abs(array - reference.layer(layer)).max() <= 0.05 * scale
