@@ -120,7 +120,7 @@ def test_batches_are_sorted_by_length():
 
 
 def test_bfloat16_extraction_is_stored_in_float32_close_to_float32(llama_folder, texts, tmp_path):
-    model, tokens, reference = extracted(llama_folder, texts[:4], tmp_path, batch_size=2)
+    _, tokens, reference = extracted(llama_folder, texts[:4], tmp_path, batch_size=2)
     facts = prepare_model(
         {"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "bf16"
     )
