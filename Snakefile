@@ -21,6 +21,7 @@ include: "rules/common.smk"
 wildcard_constraints:
     model=KEY_PATTERN,
     dataset=KEY_PATTERN,
+    prompts=KEY_PATTERN,
 
 
 include: "rules/corpus.smk"
@@ -29,6 +30,7 @@ include: "rules/tokens.smk"
 include: "rules/hidden.smk"
 include: "rules/equilearning.smk"
 include: "rules/signatures.smk"
+include: "rules/coupling.smk"
 
 
 rule all:

@@ -43,17 +43,18 @@ class Architecture:
     """Config attribute holding the norms' epsilon."""
     hidden_states_layout: str
     """What ``output_hidden_states`` returns: EMBEDDINGS_FIRST or BLOCKS_THEN_FINAL_NORM."""
+    blocks: str = "model.layers"
+    """Attribute path of the list of residual blocks (decoder layers)."""
 
 
-_LAYERNORM = Architecture("layernorm", "layer_norm_epsilon", EMBEDDINGS_FIRST)
-_LAYERNORM_EPS = Architecture("layernorm", "layer_norm_eps", EMBEDDINGS_FIRST)
+_LAYERNORM = Architecture("layernorm", "layer_norm_epsilon", EMBEDDINGS_FIRST, "transformer.h")
 _RMSNORM = Architecture("rmsnorm", "rms_norm_eps", EMBEDDINGS_FIRST)
 
 ARCHITECTURES: dict[str, Architecture] = {
     "gpt2": _LAYERNORM,
     "openai-gpt": _LAYERNORM,
-    "gpt_neox": _LAYERNORM_EPS,
-    "phi": _LAYERNORM_EPS,
+    "gpt_neox": Architecture("layernorm", "layer_norm_eps", EMBEDDINGS_FIRST, "gpt_neox.layers"),
+    "phi": Architecture("layernorm", "layer_norm_eps", EMBEDDINGS_FIRST),
     "llama": _RMSNORM,
     "mistral": _RMSNORM,
     "qwen2": _RMSNORM,
@@ -64,9 +65,13 @@ ARCHITECTURES: dict[str, Architecture] = {
     "gemma3_text": _RMSNORM,
     "olmo2": _RMSNORM,
     "smollm3": _RMSNORM,
-    "mamba": Architecture("rmsnorm", "layer_norm_epsilon", BLOCKS_THEN_FINAL_NORM),
-    "mamba2": Architecture("rmsnorm", "layer_norm_epsilon", BLOCKS_THEN_FINAL_NORM),
-    "rwkv": Architecture("layernorm", "layer_norm_epsilon", BLOCKS_THEN_FINAL_NORM),
+    "mamba": Architecture(
+        "rmsnorm", "layer_norm_epsilon", BLOCKS_THEN_FINAL_NORM, "backbone.layers"
+    ),
+    "mamba2": Architecture(
+        "rmsnorm", "layer_norm_epsilon", BLOCKS_THEN_FINAL_NORM, "backbone.layers"
+    ),
+    "rwkv": Architecture("layernorm", "layer_norm_epsilon", BLOCKS_THEN_FINAL_NORM, "rwkv.blocks"),
 }
 
 
@@ -224,12 +229,22 @@ def load_tokenizer(folder: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def load_model(folder: str | Path, dtype: str, device: str) -> Any:
-    """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES) on ``device``."""
+def load_model(folder: str | Path, dtype: str, device: str, attention: str | None = None) -> Any:
+    """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES) on ``device``;
+    ``attention`` picks the attention implementation (``eager`` for torch.func
+    transforms, whose batching rules the fused kernels lack)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype])
-    return model.to(device).eval()
+    options = {} if attention is None else {"attn_implementation": attention}
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **options)
+    return model.to(device).eval().requires_grad_(False)
+
+
+def randomly_initialised_twin(model: Any, seed: int) -> Any:
+    """A model of the same architecture and config with freshly initialised weights."""
+    twin = _randomly_initialised(model, seed)
+    reference = next(model.parameters())
+    return twin.to(reference.device, reference.dtype).eval().requires_grad_(False)
 
 
 def embedding_matrices(folder: str | Path) -> tuple[np.ndarray, np.ndarray, bool]:

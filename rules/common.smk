@@ -87,7 +87,7 @@ def final_outputs():
             f"{folder}/law.{PLOT_FORMAT}",
             f"{folder}/norms.{PLOT_FORMAT}",
         ]
-    return outputs + signature_outputs()
+    return outputs + signature_outputs() + coupling_outputs()
 
 
 def signature_folder(model, dataset):
@@ -116,6 +116,57 @@ def pool_members(kind):
         ]
 
     return members
+
+
+def check_coupling():
+    """Coupling runs name known models and prompt sets; prompt sets name known datasets."""
+    coupling = config["coupling"]
+    for name, prompts in coupling["prompts"].items():
+        if (
+            prompts["dataset"] is not None
+            and prompts["dataset"] not in config["datasets"]
+        ):
+            raise WorkflowError(
+                f"config coupling.prompts.{name}.dataset is {prompts['dataset']!r}, which is "
+                f"not a key of datasets; known datasets: {sorted(config['datasets'])}"
+            )
+    for index, run in enumerate(coupling["runs"]):
+        for kind, table in (
+            ("model", config["models"]),
+            ("prompts", coupling["prompts"]),
+        ):
+            if run[kind] not in table:
+                raise WorkflowError(
+                    f"config coupling.runs[{index}].{kind} is {run[kind]!r}; known: "
+                    f"{sorted(table)}"
+                )
+
+
+check_coupling()
+
+COUPLING_FIGURES = ("depth", "tokens", "adjacency")
+TRAJECTORY_FIGURES = ("shape", "pca")
+
+
+def coupling_outputs():
+    outputs = []
+    for run in config["coupling"]["runs"]:
+        model, prompts = run["model"], run["prompts"]
+        outputs += [
+            f"results/coupling/{model}/{prompts}/{name}.{PLOT_FORMAT}"
+            for name in COUPLING_FIGURES
+        ]
+        outputs += [
+            f"results/trajectories/{model}/{prompts}/{name}.{PLOT_FORMAT}"
+            for name in TRAJECTORY_FIGURES
+        ]
+    return outputs
+
+
+def prompt_sentences(wildcards):
+    """The sampled texts a prompt set draws from, if any."""
+    dataset = config["coupling"]["prompts"][wildcards.prompts]["dataset"]
+    return [] if dataset is None else [f"results/corpus/{dataset}/sentences.parquet"]
 
 
 def model_config(wildcards):

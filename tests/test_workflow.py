@@ -51,6 +51,16 @@ def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "top_tokens": 60,
             "shard_texts": 30,
         },
+        "coupling": {
+            "prompts": {"few": {"dataset": "mini", "n_from_dataset": 1, "max_tokens": 8}},
+            "runs": [
+                {"model": "tiny-llama", "prompts": "few"},
+                {"model": "tiny-gpt2", "prompts": "few"},
+            ],
+            "k": [2, 4],
+            "token_layers": [1, 4],
+            "lss_window": 2,
+        },
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
     }
 
@@ -119,7 +129,13 @@ def test_report_is_generated(finished):
 def test_plot_option_reruns_only_plots(finished, base_config, tmp_path):
     config = copy.deepcopy(base_config) | {"plots": {"dpi": 80, "heatmap_tokens": 10}}
     jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
-    assert set(jobs) == {"plot_equilearning", "plot_summary", "plot_signatures", "all"}
+    assert set(jobs) == {
+        "plot_equilearning",
+        "plot_summary",
+        "plot_signatures",
+        "plot_coupling",
+        "all",
+    }
 
 
 def test_signature_outputs(finished):
@@ -156,6 +172,40 @@ def test_signature_outputs(finished):
     assert shards["sentence_id"].n_unique() == 80
     unigrams = pl.read_parquet(results / "tiny-llama/mini/unigrams.parquet")
     assert unigrams["count"].sum() == shards.filter(~pl.col("is_special")).height
+
+
+def test_coupling_and_trajectory_outputs(finished):
+    for model in ("tiny-llama", "tiny-gpt2"):
+        coupling = finished / "results/coupling" / model / "few"
+        depth = pl.read_csv(coupling / "depth.csv", schema_overrides={"prompt": pl.String})
+        assert depth.columns == ["weights", "prompt", "layer_a", "layer_b", "k", "miscoupling"]
+        assert set(depth["weights"]) == {"trained", "random"}
+        assert set(depth["prompt"]) == {"0", "1", "mean"}
+        assert len(depth) == 2 * 3 * 4 * 4 * 2
+        assert depth["miscoupling"].is_between(0, 1).all()
+        tokens = pl.read_csv(coupling / "tokens.csv", schema_overrides={"prompt": pl.String})
+        assert tokens.columns == [
+            "weights",
+            "prompt",
+            "layer",
+            "kind",
+            "token_a",
+            "token_b",
+            "k",
+            "miscoupling",
+        ]
+        assert set(tokens["kind"]) == {"self", "fixed_output", "fixed_input"}
+        assert set(tokens["layer"]) == {1, 4}
+        for name in ("depth", "tokens", "adjacency"):
+            assert (coupling / f"{name}.svg").stat().st_size > 1000
+        trajectories = finished / "results/trajectories" / model / "few"
+        shape = pl.read_csv(trajectories / "tokens.csv", schema_overrides={"prompt": pl.String})
+        assert shape.columns == ["weights", "prompt", "token", "lss", "expodistance", "text"]
+        assert (shape["lss"] >= 1 - 1e-9).all()
+        windows = pl.read_csv(trajectories / "windows.csv")
+        assert windows["start_layer"].max() == 2
+        for name in ("shape", "pca"):
+            assert (trajectories / f"{name}.svg").stat().st_size > 1000
 
 
 def test_changing_c_does_not_recount(finished, base_config, tmp_path):

@@ -1,0 +1,146 @@
+"""Block coupling and trajectories of one prompt (SCIENCE.md §4, paper 004).
+
+For a prompt of T tokens and a model of L blocks:
+- depth: the last token's self-Jacobian J^l_{TT} at every layer; M[l, l′] = m̃ of J^l
+  coupled with the singular vectors of J^{l′};
+- tokens, at chosen layers: self-Jacobians J^l_{tt} for every t (``self``), context
+  Jacobians with the output fixed at the last token J^l_{t,T} (``fixed_output``) and with
+  the input fixed at the first token J^l_{1,t} (``fixed_input``); M[t, t′] likewise.
+  One VJP per output row gives every input token at once, so each output token's rows
+  are computed once and sliced for all three kinds;
+- trajectories: line-shape score, its sliding windows and expodistance of every token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from layerlaws.blocks import trace_blocks
+from layerlaws.coupling import miscoupling_matrix
+from layerlaws.errors import LayerlawsError
+from layerlaws.jacobians import jacobian_rows, top_singular
+from layerlaws.trajectories import expodistance, line_shape_score, windowed_line_shape
+
+TOKEN_KINDS = ("self", "fixed_output", "fixed_input")
+
+
+@dataclass
+class PromptMeasurement:
+    """Everything measured on one prompt (rows are plain dicts for polars)."""
+
+    depth: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    trajectories: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    factors: dict[str, np.ndarray] = field(default_factory=dict)
+    streams: np.ndarray | None = None
+
+
+def measure_prompt(
+    model: Any,
+    input_ids: torch.Tensor,
+    token_layers: Sequence[int],
+    ks: Sequence[int],
+    svd: str = "full",
+    chunk: int = 64,
+    window: int = 5,
+) -> PromptMeasurement:
+    """Measure one prompt ``input_ids`` (1, T). Layers are numbered 1..L (block l maps
+    x^{l-1} to x^l); tokens 0..T−1."""
+    calls, streams = trace_blocks(model, input_ids)
+    n_layers, length = len(calls), streams.shape[1]
+    last, k_max = length - 1, max(ks)
+    result = PromptMeasurement(streams=streams.float().cpu().numpy())
+
+    depth = [
+        jacobian_rows(call.branch, stream, last, [last], chunk)[0]
+        for call, stream in zip(calls, streams, strict=False)
+    ]
+    depth_factors = [top_singular(j, k_max, svd) for j in depth]
+    for k in ks:
+        matrix = miscoupling_matrix(depth, depth_factors, k)
+        result.depth += [
+            {"layer_a": a + 1, "layer_b": b + 1, "k": k, "miscoupling": float(matrix[a, b])}
+            for a in range(n_layers)
+            for b in range(n_layers)
+        ]
+    result.factors = {
+        "u": torch.stack([u for u, _, _ in depth_factors]).cpu().numpy(),
+        "s": torch.stack([s for _, s, _ in depth_factors]).cpu().numpy(),
+        "v": torch.stack([v for _, _, v in depth_factors]).cpu().numpy(),
+    }
+
+    for layer in token_layers:
+        call, stream = calls[layer - 1], streams[layer - 1]
+        kinds: dict[str, list[torch.Tensor]] = {kind: [] for kind in TOKEN_KINDS}
+        for output in range(length):
+            wanted = list(range(length)) if output == last else sorted({0, output})
+            rows = jacobian_rows(call.branch, stream, output, wanted, chunk)
+            kinds["self"].append(rows[wanted.index(output)])
+            kinds["fixed_input"].append(rows[0])
+            if output == last:
+                kinds["fixed_output"] = list(rows)
+        for kind, jacobians in kinds.items():
+            factors = [top_singular(j, k_max, svd) for j in jacobians]
+            for k in ks:
+                matrix = miscoupling_matrix(jacobians, factors, k)
+                result.tokens += [
+                    {
+                        "layer": layer,
+                        "kind": kind,
+                        "token_a": a,
+                        "token_b": b,
+                        "k": k,
+                        "miscoupling": float(matrix[a, b]),
+                    }
+                    for a in range(length)
+                    for b in range(length)
+                ]
+
+    for token in range(length):
+        trajectory = result.streams[:, token]
+        result.trajectories.append(
+            {
+                "token": token,
+                "lss": line_shape_score(trajectory),
+                "expodistance": expodistance(trajectory),
+            }
+        )
+        if n_layers >= window:
+            result.windows += [
+                {"token": token, "start_layer": start, "lss": float(value)}
+                for start, value in enumerate(windowed_line_shape(trajectory, window))
+            ]
+    return result
+
+
+def prompt_token_ids(
+    texts: Sequence[str], tokenizer: Any, max_tokens: int, truncate: bool, max_positions: int | None
+) -> list[list[int]]:
+    """Token ids of each prompt (special tokens included), at most ``max_tokens``.
+
+    A longer prompt is truncated when ``truncate``, else a LayerlawsError names it;
+    ``max_tokens`` beyond the model's context is an error either way.
+    """
+    if max_positions and max_tokens > max_positions:
+        raise LayerlawsError(
+            f"coupling prompts: max_tokens {max_tokens} exceeds the model's context of "
+            f"{max_positions} tokens; lower max_tokens"
+        )
+    prompts = []
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+        if len(ids) > max_tokens and not truncate:
+            raise LayerlawsError(
+                f"coupling prompt {text[:60]!r}… has {len(ids)} tokens, more than max_tokens "
+                f"{max_tokens}; raise max_tokens or set truncate: true"
+            )
+        if len(ids) < 2:
+            raise LayerlawsError(f"coupling prompt {text!r} has fewer than 2 tokens")
+        prompts.append(ids[:max_tokens])
+    return prompts

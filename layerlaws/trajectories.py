@@ -1,0 +1,47 @@
+"""Shape of the residual-stream trajectory x^0 → x^L of one token (paper 004).
+
+Arrays are (L + 1, d): the residual stream after each block, x^0 the embedding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def line_shape_score(trajectory: np.ndarray) -> float:
+    """LSS = L / ‖x̃^L − x̃^0‖ with x̃^l = x̃^{l−1} + (x^l − x^{l−1}) / ‖x^l − x^{l−1}‖: the
+    length of the path of unit steps over the distance it covers; 1 for a straight line,
+    larger for a bent one. Steps of length 0 have no direction and are left out."""
+    steps = np.diff(np.asarray(trajectory, dtype=np.float64), axis=0)
+    lengths = np.linalg.norm(steps, axis=1)
+    moving = lengths > 0
+    covered = np.linalg.norm((steps[moving] / lengths[moving, None]).sum(axis=0))
+    return float(moving.sum() / covered) if covered > 0 else float("inf")
+
+
+def windowed_line_shape(trajectory: np.ndarray, window: int) -> np.ndarray:
+    """LSS of every run of ``window`` consecutive steps, shape (L − window + 1,)."""
+    layers = len(trajectory) - 1
+    return np.array(
+        [
+            line_shape_score(trajectory[start : start + window + 1])
+            for start in range(layers - window + 1)
+        ]
+    )
+
+
+def expodistance(trajectory: np.ndarray) -> float:
+    """ED = Var_l(α^l) / (Mean_l α^l)² with α^l = ln(‖x^l‖ / ‖x^{l−1}‖): 0 when the norm
+    grows exactly geometrically."""
+    norms = np.linalg.norm(np.asarray(trajectory, dtype=np.float64), axis=1)
+    rates = np.diff(np.log(norms))
+    return float(rates.var() / rates.mean() ** 2)
+
+
+def pca_projection(trajectories: np.ndarray) -> np.ndarray:
+    """Project trajectories (n_tokens, L + 1, d) on the top two principal components of all
+    their points; returns (n_tokens, L + 1, 2)."""
+    points = np.asarray(trajectories, dtype=np.float64).reshape(-1, trajectories.shape[-1])
+    centred = points - points.mean(axis=0)
+    _, _, components = np.linalg.svd(centred, full_matrices=False)
+    return (centred @ components[:2].T).reshape(*trajectories.shape[:2], 2)

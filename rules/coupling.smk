@@ -1,0 +1,64 @@
+# Stage 7: Jacobian coupling of transformer blocks and hidden trajectories, for the
+# trained model and its randomly initialised twin.
+
+
+rule measure_coupling:
+    input:
+        model="results/models/{model}",
+        sentences=prompt_sentences,
+    output:
+        depth="results/coupling/{model}/{prompts}/depth.csv",
+        tokens="results/coupling/{model}/{prompts}/tokens.csv",
+        factors="results/coupling/{model}/{prompts}/factors.npz",
+        trajectories="results/trajectories/{model}/{prompts}/tokens.csv",
+        windows="results/trajectories/{model}/{prompts}/windows.csv",
+        streams="results/trajectories/{model}/{prompts}/streams.npz",
+    log:
+        "results/logs/measure_coupling/{model}/{prompts}.log",
+    threads: 4
+    resources:
+        gpu=1,
+    params:
+        prompts=lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
+        options={
+            key: value
+            for key, value in config["coupling"].items()
+            if key not in ("runs", "prompts", "vjp_chunk")
+        },
+        dtype=config["execution"]["dtype"],
+    script:
+        "../scripts/measure_coupling.py"
+
+
+rule plot_coupling:
+    input:
+        depth="results/coupling/{model}/{prompts}/depth.csv",
+        tokens="results/coupling/{model}/{prompts}/tokens.csv",
+        trajectories="results/trajectories/{model}/{prompts}/tokens.csv",
+        streams="results/trajectories/{model}/{prompts}/streams.npz",
+    output:
+        **{
+            name: report(
+                f"results/coupling/{{model}}/{{prompts}}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/coupling_{name}.rst",
+                category="Block coupling",
+                subcategory="{model} on {prompts}",
+            )
+            for name in COUPLING_FIGURES
+        },
+        **{
+            name: report(
+                f"results/trajectories/{{model}}/{{prompts}}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/trajectories_{name}.rst",
+                category="Trajectories",
+                subcategory="{model} on {prompts}",
+            )
+            for name in TRAJECTORY_FIGURES
+        },
+    log:
+        "results/logs/plot_coupling/{model}/{prompts}.log",
+    params:
+        plots=config["plots"],
+        title="{model} on {prompts}",
+    script:
+        "../scripts/plot_coupling.py"

@@ -1,0 +1,29 @@
+"""Snakemake entry point: coupling and trajectory figures of one model × prompt set."""
+
+import numpy as np
+import polars as pl
+
+from layerlaws.coupling_plots import (
+    plot_adjacency,
+    plot_depth,
+    plot_pca,
+    plot_shape,
+    plot_tokens,
+)
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    options, title, output = snakemake.params.plots, snakemake.params.title, snakemake.output
+    depth = pl.read_csv(snakemake.input.depth, schema_overrides={"prompt": pl.String})
+    tokens = pl.read_csv(snakemake.input.tokens, schema_overrides={"prompt": pl.String})
+    trajectories = pl.read_csv(snakemake.input.trajectories, schema_overrides={"prompt": pl.String})
+    plot_depth(depth, title, output.depth, options)
+    plot_tokens(tokens, title, output.tokens, options)
+    plot_adjacency(depth, title, output.adjacency, options)
+    plot_shape(trajectories, title, output.shape, options)
+    with np.load(snakemake.input.streams) as archive:
+        plot_pca(dict(archive), title, output.pca, options)
+
+
+run_logged(main, snakemake.log[0])
