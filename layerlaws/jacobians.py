@@ -47,9 +47,9 @@ def top_singular(
     matrix: torch.Tensor, k: int, method: str = "full"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-``k`` singular triplets (U (d, k), S (k,), V (d, k)) of a (d, d) matrix, by a
-    full SVD or a randomised one (``torch.svd_lowrank``, k + 10 columns, 4 power steps)."""
+    full SVD or a randomised one (``torch.svd_lowrank``, 2k columns, 4 power steps)."""
     if method == "randomized":
-        u, s, v = torch.svd_lowrank(matrix, q=min(k + 10, min(matrix.shape)), niter=4)
+        u, s, v = torch.svd_lowrank(matrix, q=min(2 * k, min(matrix.shape)), niter=4)
         return u[:, :k], s[:k], v[:, :k]
     u, s, vh = torch.linalg.svd(matrix)
     return u[:, :k], s[:k], vh[:k].T
