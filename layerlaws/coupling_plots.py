@@ -148,11 +148,13 @@ def plot_pca(
     options: Mapping[str, Any],
 ) -> None:
     """Token trajectories of the first prompt on their top two principal components (Fig. 17
-    style); darker points are deeper layers."""
+    style); darker points are deeper layers. The first token is left out: in trained models
+    it carries massive activations (an attention sink) that would be the only thing the
+    components show."""
     figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.2))
     for axis, weights in zip(axes, WEIGHTS, strict=True):
         stream = streams[f"{weights}/0"]  # (L + 1, T, d)
-        projected = pca_projection(np.transpose(stream, (1, 0, 2)))
+        projected = pca_projection(np.transpose(stream, (1, 0, 2))[1:])
         depth = np.linspace(0.2, 1, projected.shape[1])
         for token in projected:
             axis.plot(token[:, 0], token[:, 1], "-", color="0.7", linewidth=0.6)
@@ -160,5 +162,5 @@ def plot_pca(
         axis.set_title(weights, fontsize=9)
         axis.set_xlabel("PC 1")
         axis.set_ylabel("PC 2")
-    figure.suptitle(f"{title}: residual-stream trajectories of the first prompt", fontsize=10)
+    figure.suptitle(f"{title}: trajectories of the first prompt's tokens 2…T", fontsize=10)
     save_figure(figure, path, options)
