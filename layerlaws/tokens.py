@@ -144,5 +144,7 @@ def tokenize_corpus(
         log.info("shard %d: %d texts so far, %d text tokens", n_shards, n_texts, n_tokens)
         batch = list(islice(source, shard_texts))
     if n_tokens == 0:
-        raise LayerlawsError("the signature corpus holds no text token; check its source")
+        raise LayerlawsError(
+            "the signature corpus is empty: it holds no text token; check the dataset's source"
+        )
     return {"n_texts": n_texts, "n_text_tokens": n_tokens, "n_shards": n_shards}

@@ -5,7 +5,7 @@ import pytest
 
 from layerlaws.errors import LayerlawsError
 from layerlaws.models import load_tokenizer
-from layerlaws.tokens import TOKEN_SCHEMA, tokenize_sentences
+from layerlaws.tokens import TOKEN_SCHEMA, tokenize_corpus, tokenize_sentences
 
 
 def sentences(texts):
@@ -50,3 +50,20 @@ def test_token_budget_keeps_texts_in_order(llama_folder, texts):
     assert kept == list(range(len(kept)))
     text_tokens = table.filter(~pl.col("is_special")).height
     assert 50 <= text_tokens < 50 + 20
+
+
+def test_corpus_shards_have_running_ids_a_budget_and_no_empty_corpus(llama_folder, texts, tmp_path):
+    tokenizer = load_tokenizer(llama_folder)
+    corpus = [(text, f"t:{i}") for i, text in enumerate(texts[:25])]
+    counts = tokenize_corpus(corpus, tokenizer, tmp_path / "all", shard_texts=10)
+    shards = sorted((tmp_path / "all").glob("shard_*.parquet"))
+    assert counts == {"n_texts": 25, "n_text_tokens": counts["n_text_tokens"], "n_shards": 3}
+    table = pl.concat([pl.read_parquet(shard) for shard in shards])
+    assert table["sentence_id"].unique().sort().to_list() == list(range(25))
+    assert table.filter(~pl.col("is_special")).height == counts["n_text_tokens"]
+    budget = tokenize_corpus(
+        corpus, tokenizer, tmp_path / "budget", shard_texts=10, token_budget=50
+    )
+    assert 50 <= budget["n_text_tokens"] < counts["n_text_tokens"]
+    with pytest.raises(LayerlawsError, match="signature corpus is empty"):
+        tokenize_corpus([], tokenizer, tmp_path / "empty", shard_texts=10)

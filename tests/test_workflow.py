@@ -275,6 +275,8 @@ def test_unknown_model_key_in_runs(base_config, tmp_path):
 def test_bad_input_stops_with_a_clear_message(change, message, base_config, tmp_path):
     config = copy.deepcopy(base_config)
     config["runs"] = [{"model": "tiny-llama", "dataset": "mini"}]
+    # Only the probing chain: other stages would fail on the same input in their own words.
+    config["signatures"]["runs"] = config["coupling"]["runs"] = []
     if change == "empty":
         (tmp_path / "empty.txt").write_text("\n \n")
         config["datasets"]["mini"]["source"]["paths"] = [str(tmp_path / "empty.txt")]
