@@ -13,11 +13,13 @@ For a prompt of T tokens and a model of L blocks:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 
 from layerlaws.blocks import trace_blocks
@@ -25,6 +27,8 @@ from layerlaws.coupling import miscoupling_matrix
 from layerlaws.errors import LayerlawsError
 from layerlaws.jacobians import jacobian_rows, top_singular
 from layerlaws.trajectories import expodistance, line_shape_score, windowed_line_shape
+
+log = logging.getLogger(__name__)
 
 TOKEN_KINDS = ("self", "fixed_output", "fixed_input")
 
@@ -144,3 +148,90 @@ def prompt_token_ids(
             raise LayerlawsError(f"coupling prompt {text!r} has fewer than 2 tokens")
         prompts.append(ids[:max_tokens])
     return prompts
+
+
+def chosen_layers(configured: Sequence[int], num_layers: int) -> list[int]:
+    """The token-wise coupling layers: as configured, or the middle layer when none is."""
+    layers = list(configured) or [max(1, num_layers // 2)]
+    if max(layers) > num_layers:
+        raise LayerlawsError(
+            f"coupling.token_layers {layers} name a layer beyond the model's {num_layers}"
+        )
+    return layers
+
+
+@dataclass
+class PromptSetMeasurement:
+    """The tables and arrays of a prompt set measured under several weights."""
+
+    depth: pl.DataFrame
+    """weights, prompt (index or ``mean``), layer_a, layer_b, k, miscoupling."""
+    tokens: pl.DataFrame
+    """weights, prompt, layer, kind, token_a, token_b, k, miscoupling."""
+    trajectories: pl.DataFrame
+    """weights, prompt, token, lss, expodistance, text."""
+    windows: pl.DataFrame
+    """weights, prompt, token, start_layer, lss."""
+    factors: dict[str, np.ndarray]
+    """``<weights>/<prompt>/{u,s,v}``: top-K factors of the last-token Jacobians."""
+    streams: dict[str, np.ndarray]
+    """``<weights>/<prompt>``: raw residual stream (L + 1, T, d)."""
+
+
+def measure_prompt_set(
+    models: Mapping[str, Any],
+    prompts: Sequence[Sequence[int]],
+    labels: Sequence[Sequence[str]],
+    token_layers: Sequence[int],
+    ks: Sequence[int],
+    svd: str,
+    chunk: int,
+    window: int,
+    device: str,
+) -> PromptSetMeasurement:
+    """``measure_prompt`` for every prompt under every weights (e.g. ``trained`` and
+    ``random``); depth rows are also averaged over the prompts (prompt ``mean``)."""
+    rows: dict[str, list[dict[str, Any]]] = {
+        "depth": [],
+        "tokens": [],
+        "trajectories": [],
+        "windows": [],
+    }
+    factors, streams = {}, {}
+    for weights, model in models.items():
+        for index, ids in enumerate(prompts):
+            measured = measure_prompt(
+                model,
+                torch.tensor([list(ids)], device=device),
+                token_layers,
+                ks,
+                svd,
+                chunk,
+                window,
+            )
+            tag = {"weights": weights, "prompt": str(index)}
+            for name, table in rows.items():
+                table += [tag | row for row in getattr(measured, name)]
+            for key, array in measured.factors.items():
+                factors[f"{weights}/{index}/{key}"] = array
+            streams[f"{weights}/{index}"] = measured.streams
+            log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
+    depth = pl.DataFrame(rows["depth"])
+    mean = (
+        depth.group_by("weights", "layer_a", "layer_b", "k", maintain_order=True)
+        .agg(pl.col("miscoupling").mean())
+        .with_columns(prompt=pl.lit("mean"))
+    )
+    trajectories = pl.DataFrame(rows["trajectories"]).with_columns(
+        text=pl.struct("prompt", "token").map_elements(
+            lambda row: labels[int(row["prompt"])][row["token"]], return_dtype=pl.String
+        )
+    )
+    return PromptSetMeasurement(
+        depth=pl.concat([depth, mean.select(depth.columns)]),
+        tokens=pl.DataFrame(rows["tokens"]),
+        trajectories=trajectories,
+        windows=pl.DataFrame(rows["windows"]),
+        factors=factors,
+        streams=streams,
+    )

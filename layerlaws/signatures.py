@@ -11,11 +11,15 @@ need no more). Every accumulated statistic (correlations, means) is computed in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 from scipy import sparse, stats
+
+from layerlaws.errors import LayerlawsError
 
 SIGNATURES = ("next", "pre", "tilde")
 EMBEDDINGS = ("W_E", "W_U")
@@ -231,3 +235,59 @@ def similarity_views(
         views[f"top_{name}"] = matrix[np.ix_(top, top)]
         views[f"digits_{name}"] = matrix[np.ix_(digits, digits)]
     return views
+
+
+@dataclass(frozen=True)
+class SignatureComparison:
+    """All outputs of the comparison of one corpus's signatures with one model."""
+
+    rcos: pl.DataFrame
+    per_token: pl.DataFrame
+    percentiles: pl.DataFrame
+    views: dict[str, np.ndarray]
+    summary: dict[str, Any]
+
+
+def compare_with_embeddings(
+    unigrams: pl.DataFrame,
+    bigrams: pl.DataFrame,
+    input_embeddings: np.ndarray,
+    output_embeddings: np.ndarray,
+    tied: bool,
+    top_tokens: int,
+    decode: Callable[[int], str],
+) -> SignatureComparison:
+    """Signatures of the ``top_tokens`` most frequent eligible tokens against the rows of
+    W_E (V, d) and W_U (V, d); tokens whose embedding row is all zero are left out.
+    ``decode`` gives a token's text for labels."""
+    tokens = analysis_tokens(unigrams, bigrams, top_tokens)
+    nonzero = (np.abs(input_embeddings[tokens]).sum(1) > 0) & (
+        np.abs(output_embeddings[tokens]).sum(1) > 0
+    )
+    tokens = tokens[nonzero]
+    if len(tokens) < 3:
+        raise LayerlawsError(
+            f"only {len(tokens)} tokens have both a next and a previous token in the corpus; "
+            f"count a larger corpus"
+        )
+    labels = [decode(int(token)) for token in tokens]
+    signature_cos = {
+        name: cosine_matrix(rows)
+        for name, rows in signature_rows(bigrams, tokens, len(input_embeddings)).items()
+    }
+    embedding_cos = {"W_E": cosine_matrix(input_embeddings[tokens])}
+    embedding_cos["W_U"] = (
+        embedding_cos["W_E"] if tied else cosine_matrix(output_embeddings[tokens])
+    )
+    rcos, per_token, deciles = compare(embedding_cos, signature_cos, tokens, labels)
+    summary = {
+        "tied_embeddings": tied,
+        "n_tokens": len(tokens),
+        "top_tokens": top_tokens,
+        "corpus_text_tokens": int(unigrams["count"].sum()),
+        "distinct_tokens": len(unigrams),
+        "bigrams": int(bigrams["count"].sum()),
+        "distinct_bigrams": len(bigrams),
+    }
+    views = similarity_views({**embedding_cos, **signature_cos}, labels)
+    return SignatureComparison(rcos, per_token, deciles, views, summary)

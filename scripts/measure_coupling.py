@@ -11,9 +11,8 @@ import polars as pl
 import torch
 
 from layerlaws.atomic import atomic_path, write_csv
-from layerlaws.block_coupling import measure_prompt, prompt_token_ids
+from layerlaws.block_coupling import chosen_layers, measure_prompt_set, prompt_token_ids
 from layerlaws.devices import claim_device
-from layerlaws.errors import LayerlawsError
 from layerlaws.logs import run_logged
 from layerlaws.models import load_model, load_tokenizer, randomly_initialised_twin, read_facts
 
@@ -24,9 +23,8 @@ def save_npz(path, arrays) -> None:
 
 
 def main() -> None:
-    log = logging.getLogger("layerlaws")
     execution, options = snakemake.config["execution"], snakemake.params.options
-    prompt_config = snakemake.params.prompts
+    prompt_config, output = snakemake.params.prompts, snakemake.output
     facts = read_facts(snakemake.input.model)
     texts = list(prompt_config["texts"])
     if snakemake.input.sentences:
@@ -40,16 +38,10 @@ def main() -> None:
         prompt_config["truncate"],
         facts.max_positions,
     )
-    layers = options["token_layers"] or [max(1, facts.num_layers // 2)]
-    if max(layers) > facts.num_layers:
-        raise LayerlawsError(
-            f"coupling.token_layers {layers} name a layer beyond the model's {facts.num_layers}"
-        )
+    layers = chosen_layers(options["token_layers"], facts.num_layers)
     torch.set_num_threads(snakemake.threads)
-    tables = {"depth": [], "tokens": [], "trajectories": [], "windows": []}
-    factors, streams = {}, {}
     with claim_device(execution["device"], execution["lock_dir"]) as claim:
-        log.info(
+        logging.getLogger("layerlaws").info(
             "running on %s; %d prompts, token layers %s", claim.describe(), len(prompts), layers
         )
         trained = load_model(
@@ -59,42 +51,23 @@ def main() -> None:
             "trained": trained,
             "random": randomly_initialised_twin(trained, options["random_seed"]),
         }
-        for weights, model in twins.items():
-            for index, ids in enumerate(prompts):
-                measured = measure_prompt(
-                    model,
-                    torch.tensor([ids], device=claim.device),
-                    layers,
-                    options["k"],
-                    options["svd"],
-                    snakemake.config["coupling"]["vjp_chunk"],
-                    options["lss_window"],
-                )
-                tag = {"weights": weights, "prompt": str(index)}
-                for name in tables:
-                    tables[name] += [tag | row for row in getattr(measured, name)]
-                for key, array in measured.factors.items():
-                    factors[f"{weights}/{index}/{key}"] = array
-                streams[f"{weights}/{index}"] = measured.streams
-                log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
-    depth = pl.DataFrame(tables["depth"])
-    mean = (
-        depth.group_by("weights", "layer_a", "layer_b", "k", maintain_order=True)
-        .agg(pl.col("miscoupling").mean())
-        .with_columns(prompt=pl.lit("mean"))
-    )
-    write_csv(snakemake.output.depth, pl.concat([depth, mean.select(depth.columns)]))
-    write_csv(snakemake.output.tokens, pl.DataFrame(tables["tokens"]))
-    texts_of = {str(i): tokenizer.convert_ids_to_tokens(ids) for i, ids in enumerate(prompts)}
-    trajectories = pl.DataFrame(tables["trajectories"]).with_columns(
-        text=pl.struct("prompt", "token").map_elements(
-            lambda row: texts_of[row["prompt"]][row["token"]], return_dtype=pl.String
+        result = measure_prompt_set(
+            twins,
+            prompts,
+            [tokenizer.convert_ids_to_tokens(ids) for ids in prompts],
+            layers,
+            options["k"],
+            options["svd"],
+            snakemake.config["coupling"]["vjp_chunk"],
+            options["lss_window"],
+            claim.device,
         )
-    )
-    write_csv(snakemake.output.trajectories, trajectories)
-    write_csv(snakemake.output.windows, pl.DataFrame(tables["windows"]))
-    save_npz(snakemake.output.factors, factors)
-    save_npz(snakemake.output.streams, streams)
+    write_csv(output.depth, result.depth)
+    write_csv(output.tokens, result.tokens)
+    write_csv(output.trajectories, result.trajectories)
+    write_csv(output.windows, result.windows)
+    save_npz(output.factors, result.factors)
+    save_npz(output.streams, result.streams)
 
 
 run_logged(main, snakemake.log[0])
