@@ -1,24 +1,60 @@
-"""Residual blocks of a model as functions: x^l = x^{l-1} + f^l(X^{l-1}) (SCIENCE.md §4).
+"""Residual blocks of a model and the stream between them (SCIENCE.md §2 and §4).
 
-A forward pass with a pre-hook on every block records each block's inputs (the residual
-stream X^{l-1} and the other arguments, such as rotary position embeddings); the block's
-residual branch can then be re-run alone on any stream as a pure function of it.
+Hooks at the places the architecture table names give the residual stream of any family,
+whatever its ``output_hidden_states`` convention: ``layer_states`` for batches (hidden-state
+extraction), ``trace_blocks`` for one sequence together with each block's call, so that a
+block's residual branch x^l = x^{l-1} + f^l(X^{l-1}) can be re-run alone as a function of
+the stream (Jacobians). The branch is built the same way for every family: the block
+called with the other arguments it received, its first output minus its input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import torch
 
-from layerlaws.models import architecture_of
+from layerlaws.architectures import blocks_of, lm_head_of
 
 
-def decoder_blocks(model: Any) -> list[torch.nn.Module]:
-    """The model's residual blocks, first to last."""
-    return list(attrgetter(architecture_of(model.config).blocks)(model))
+def first_output(output: Any) -> torch.Tensor:
+    """The hidden states among a block's outputs (a tensor, or a tuple or list that starts
+    with it, as GPT-1's blocks return)."""
+    return output[0] if isinstance(output, tuple | list) else output
+
+
+def _stream_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """The residual stream a block is called with: its first positional argument."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@contextmanager
+def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
+    """While active, every forward pass calls ``record(layer, state)`` for layers 0..L in
+    order: ``state`` (batch, tokens, hidden_size) is what block ``layer`` + 1 receives for
+    layer < L, and what the LM head receives for layer L."""
+    blocks = blocks_of(model)
+
+    def before_block(layer: int) -> Callable[..., None]:
+        return lambda _block, args, kwargs: record(layer, _stream_argument(args, kwargs))
+
+    hooks = [
+        block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
+        for layer, block in enumerate(blocks)
+    ]
+    hooks.append(
+        lm_head_of(model).register_forward_pre_hook(
+            lambda _head, args: record(len(blocks), args[0])
+        )
+    )
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @dataclass
@@ -31,27 +67,26 @@ class BlockCall:
 
     def branch(self, stream: torch.Tensor) -> torch.Tensor:
         """f^l(X): the block's output minus its input; ``stream`` is (1, T, d)."""
-        output = self.block(stream, *self.args, **self.kwargs)
-        output = output[0] if isinstance(output, tuple) else output
-        return output - stream
+        return first_output(self.block(stream, *self.args, **self.kwargs)) - stream
 
 
 @torch.no_grad()
 def trace_blocks(model: Any, input_ids: torch.Tensor) -> tuple[list[BlockCall], torch.Tensor]:
     """Run one sequence ``input_ids`` (1, T) and return every block's call and the raw
-    residual stream x^0 … x^L, shape (L + 1, T, d): x^0 the input of block 1, x^l the
-    output of block l (x^L before the model's final norm)."""
-    blocks = decoder_blocks(model)
+    residual stream x^0 … x^L, shape (L + 1, T, d): x^{l-1} the input of block l, x^L the
+    output of the last block (before the model's final norm)."""
+    blocks = blocks_of(model)
     calls: dict[int, BlockCall] = {}
     streams: list[torch.Tensor] = []
 
     def before(block: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        calls[id(block)] = BlockCall(block, args[1:], dict(kwargs))
-        streams.append(args[0][0].detach().clone())
+        stream = _stream_argument(args, kwargs)
+        rest = {key: value for key, value in kwargs.items() if value is not stream}
+        calls[id(block)] = BlockCall(block, args[1:], rest)
+        streams.append(stream[0].detach().clone())
 
     def after(_block: torch.nn.Module, _args: tuple, output: Any) -> None:
-        output = output[0] if isinstance(output, tuple) else output
-        streams.append(output[0].detach().clone())
+        streams.append(first_output(output)[0].detach().clone())
 
     hooks = [block.register_forward_pre_hook(before, with_kwargs=True) for block in blocks]
     hooks.append(blocks[-1].register_forward_hook(after))

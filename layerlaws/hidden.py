@@ -3,8 +3,9 @@
 A hidden-state folder holds, for the N text tokens of a tokens table (special tokens are
 never rows) and layers l = 0..L:
 
-- ``layer_<lll>.npy``: float32 array (N, hidden_size), the residual stream after block l
-  (l = 0: the embeddings; l = L: the model's final output, after its final norm);
+- ``layer_<lll>.npy``: float32 array (N, hidden_size), the residual stream at layer l:
+  what block l + 1 receives for l < L (l = 0: the embeddings), what the LM head receives
+  for l = L (after the final norm), taken with hooks (``layerlaws.blocks.layer_states``);
 - ``rows.parquet``: ``row``, ``sentence_id``, ``position``, ``token_id`` of each row;
 - ``metadata.json``: layer count, hidden size, norm type and eps, compute and storage
   dtypes, row count, model source, device and throughput.
@@ -25,8 +26,9 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
+from layerlaws.blocks import layer_states
 from layerlaws.errors import LayerlawsError
-from layerlaws.models import BLOCKS_THEN_FINAL_NORM, ModelFacts
+from layerlaws.models import ModelFacts
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ def layer_file(layer: int) -> str:
 
 
 @dataclass(frozen=True)
-class Sequence:
+class TokenSequence:
     """One tokenised sentence: its ids (T,) int64 and which positions are special (T,) bool."""
 
     sentence_id: int
@@ -47,11 +49,11 @@ class Sequence:
     is_special: np.ndarray
 
 
-def sequences_of(tokens: pl.DataFrame) -> list[Sequence]:
+def sequences_of(tokens: pl.DataFrame) -> list[TokenSequence]:
     """Split a tokens table into sequences, in order of first appearance."""
     ordered = tokens.sort(["sentence_id", "position"], maintain_order=True)
     return [
-        Sequence(int(key[0]), part["token_id"].to_numpy(), part["is_special"].to_numpy())
+        TokenSequence(int(key[0]), part["token_id"].to_numpy(), part["is_special"].to_numpy())
         for key, part in ordered.group_by("sentence_id", maintain_order=True)
     ]
 
@@ -62,17 +64,6 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def _layer_states(
-    outputs: Any, input_embeddings: torch.Tensor | None, layout: str
-) -> list[torch.Tensor]:
-    """The L + 1 residual-stream tensors (B, T, d): embeddings, blocks 1..L-1, final output."""
-    states = list(outputs.hidden_states)
-    if layout == BLOCKS_THEN_FINAL_NORM:
-        # (block 1, …, block L, norm(block L)): drop raw block L, put the embeddings first.
-        return [input_embeddings, *states[:-2], states[-1]]
-    return states
-
-
 CPU_BATCH_SIZE = 16
 """Batch size of ``batch_size: auto`` on a CPU."""
 
@@ -80,9 +71,10 @@ CPU_BATCH_SIZE = 16
 def automatic_batch_size(facts: ModelFacts, longest: int, device: str, dtype_bytes: int) -> int:
     """Sequences per batch that should fit in half the device's free memory.
 
-    A forward pass with ``output_hidden_states`` keeps L + 1 hidden states per token and
-    needs working space of roughly 24 hidden-size vectors more (MLP, attention, norms).
-    The estimate is rough on purpose: an out-of-memory batch is split and retried.
+    Counts L + 1 hidden states per token (as if every layer's state were held at once;
+    they are copied to the host layer by layer) and working space of roughly 24
+    hidden-size vectors more (MLP, attention, norms). The estimate is rough on purpose: an
+    out-of-memory batch is split and retried.
     """
     if not device.startswith("cuda"):
         return CPU_BATCH_SIZE
@@ -158,12 +150,6 @@ def extract_hidden_states(
         )
         for layer in range(n_layers + 1)
     ]
-    captured: dict[str, torch.Tensor] = {}
-    hook = None
-    if facts.hidden_states_layout == BLOCKS_THEN_FINAL_NORM:
-        hook = model.get_input_embeddings().register_forward_hook(
-            lambda _module, _inputs, output: captured.__setitem__("embeddings", output)
-        )
     lengths = [len(s.token_ids) for s in sequences]
     if batch_size == "auto":
         dtype_bytes = next(model.parameters()).element_size()
@@ -182,33 +168,35 @@ def extract_hidden_states(
         for row, i in enumerate(batch):
             input_ids[row, : lengths[i]] = torch.tensor(sequences[i].token_ids)
             attention[row, : lengths[i]] = 1
-        outputs = model(
-            input_ids=input_ids.to(device),
-            attention_mask=attention.to(device),
-            output_hidden_states=True,
-            use_cache=False,
-        )
-        states = _layer_states(outputs, captured.get("embeddings"), facts.hidden_states_layout)
-        if len(states) != n_layers + 1:
-            raise LayerlawsError(
-                f"model returned {len(states)} hidden-state tensors, expected "
-                f"{n_layers + 1}; its hidden_states layout is not the one in the "
-                f"architecture table for {facts.model_type!r}"
-            )
-        for layer, state in enumerate(states):
+        recorded: list[int] = []
+
+        def record(layer: int, state: torch.Tensor) -> None:
+            if state.shape[:2] != (len(batch), width):
+                raise LayerlawsError(
+                    f"layer {layer} of this {facts.model_type!r} model has shape "
+                    f"{tuple(state.shape)}, expected ({len(batch)}, {width}, …)"
+                )
             values = state.float().cpu().numpy()
             for row, i in enumerate(batch):
                 text = ~sequences[i].is_special
                 arrays[layer][offsets[i] : offsets[i + 1]] = values[row, : lengths[i]][text]
+            recorded.append(layer)
 
-    try:
-        for batch in bar:
-            retries += run_splitting_on_oom(store, batch, device)
-            n_tokens += sum(lengths[i] for i in batch)
-            bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
-    finally:
-        if hook is not None:
-            hook.remove()
+        with layer_states(model, record):
+            model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                use_cache=False,
+            )
+        if recorded != list(range(n_layers + 1)):
+            raise LayerlawsError(
+                f"the forward pass reached layers {recorded}, expected 0..{n_layers} once each"
+            )
+
+    for batch in bar:
+        retries += run_splitting_on_oom(store, batch, device)
+        n_tokens += sum(lengths[i] for i in batch)
+        bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
     for array in arrays:
         array.flush()
     seconds = time.perf_counter() - started

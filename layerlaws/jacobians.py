@@ -1,9 +1,13 @@
 """Jacobians of residual branches by batched vector–Jacobian products, and their SVDs.
 
 For output token t2, the VJP of f^l with the cotangent e_{t2,i} gives row i of
-J^l_{t1 t2} = ∂f^l(X)_{t2} / ∂x_{t1} for every input token t1 at once; the d rows are
-batched with ``torch.func.vmap`` in chunks of ``chunk`` cotangents, so memory holds
-``chunk`` × T × d gradients, not d × T × d.
+J^l_{t1 t2} = ∂f^l(X)_{t2} / ∂x_{t1} for every input token t1 at once. One forward pass
+builds the autograd graph; the d rows are pulled back through it ``vjp_chunk`` cotangents
+at a time (``torch.autograd.grad`` with ``is_grads_batched``, which vmaps the backward
+pass), so memory holds ``vjp_chunk`` × T × d gradients, not d × T × d. Unlike
+``torch.func.vjp`` this needs nothing of the forward pass but ordinary autograd, so it
+also differentiates blocks built on custom ``autograd.Function``s (Bloom's GeLU,
+RecurrentGemma's square root).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from torch.func import vjp, vmap
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
 
@@ -21,7 +24,7 @@ def jacobian_rows(
     stream: torch.Tensor,
     output_token: int,
     input_tokens: Sequence[int],
-    chunk: int = 64,
+    vjp_chunk: int = 64,
 ) -> torch.Tensor:
     """J_{t1, t2} for t2 = ``output_token`` and each t1 in ``input_tokens``.
 
@@ -29,17 +32,21 @@ def jacobian_rows(
     ∂f(X)_{t2, i} / ∂x_{input_tokens[k], j}.
     """
     length, width = stream.shape
-    _, pullback = vjp(branch, stream[None])
     wanted = torch.as_tensor(list(input_tokens), dtype=torch.long)
     rows = []
-    for start in range(0, width, chunk):
-        index = torch.arange(start, min(start + chunk, width))
-        cotangents = torch.zeros(
-            len(index), 1, length, width, dtype=stream.dtype, device=stream.device
-        )
-        cotangents[torch.arange(len(index)), 0, output_token, index] = 1
-        (gradients,) = vmap(pullback)(cotangents)
-        rows.append(gradients[:, 0, wanted, :])
+    with torch.enable_grad():
+        inputs = stream[None].detach().clone().requires_grad_(True)
+        outputs = branch(inputs)
+        for start in range(0, width, vjp_chunk):
+            index = torch.arange(start, min(start + vjp_chunk, width))
+            cotangents = torch.zeros(
+                len(index), 1, length, width, dtype=outputs.dtype, device=outputs.device
+            )
+            cotangents[torch.arange(len(index)), 0, output_token, index] = 1
+            (gradients,) = torch.autograd.grad(
+                outputs, inputs, cotangents, retain_graph=True, is_grads_batched=True
+            )
+            rows.append(gradients[:, 0, wanted, :])
     return torch.cat(rows).transpose(0, 1).contiguous()
 
 

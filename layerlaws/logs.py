@@ -11,10 +11,11 @@ from layerlaws.errors import LayerlawsError
 
 
 def run_logged(step: Callable[[], None], log_path: str | None) -> None:
-    """Run ``step`` with logging to ``log_path`` and stderr.
+    """Run ``step`` with logging to ``log_path`` and stderr; a failure ends the process
+    with status 1 and is always in the log.
 
-    A LayerlawsError (a problem the user can fix) is logged as one clear line and ends the
-    process with status 1, without a traceback; any other exception propagates.
+    A LayerlawsError (a problem the user can fix) is logged as one clear line; any other
+    exception (a bug, or a failure of a library) with its traceback.
     """
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
@@ -26,8 +27,12 @@ def run_logged(step: Callable[[], None], log_path: str | None) -> None:
         handlers=handlers,
         force=True,
     )
+    log = logging.getLogger("layerlaws")
     try:
         step()
     except LayerlawsError as error:
-        logging.getLogger("layerlaws").error("%s", error)
+        log.error("%s", error)
+        sys.exit(1)
+    except Exception:
+        log.exception("the job failed with an unexpected error")
         sys.exit(1)

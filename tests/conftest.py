@@ -6,15 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from tiny_models import save_tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-)
+from transformers import PreTrainedTokenizerFast
 
 from layerlaws.sources import wikipedia_summaries
 
@@ -46,40 +40,18 @@ def build_tokenizer(texts: list[str], add_bos: bool, padding_side: str) -> PreTr
     )
 
 
-def save_tiny_model(folder: Path, family: str, texts: list[str]) -> Path:
-    """Save a tiny randomly initialised causal LM and its tokenizer to ``folder``."""
-    torch.manual_seed(0)
-    if family == "llama":
-        tokenizer = build_tokenizer(texts, add_bos=True, padding_side="left")
-        config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=24,
-            intermediate_size=48,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            bos_token_id=1,
-            eos_token_id=None,
-            pad_token_id=2,
-        )
-        model = LlamaForCausalLM(config)
-    else:
-        tokenizer = build_tokenizer(texts, add_bos=False, padding_side="right")
-        config = GPT2Config(
-            vocab_size=len(tokenizer),
-            n_embd=24,
-            n_layer=4,
-            n_head=4,
-            n_positions=128,
-            bos_token_id=1,
-            eos_token_id=1,
-            pad_token_id=2,
-        )
-        model = GPT2LMHeadModel(config)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+TEST_SIZES = {
+    "hidden_size": 24,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 128,
+}
+"""Sizes of the tiny Llama and GPT-2 of the workflow tests (4 layers, hidden size 24)."""
+
+
+def llama_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
+    """Llama-like: adds BOS, pads on the left."""
+    return build_tokenizer(texts, add_bos=True, padding_side="left")
 
 
 @pytest.fixture(scope="session")
@@ -89,12 +61,16 @@ def texts() -> list[str]:
 
 @pytest.fixture(scope="session")
 def llama_folder(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("llama"), "llama", texts)
+    return save_tiny_model(
+        tmp_path_factory.mktemp("llama"), "llama", llama_tokenizer(texts), **TEST_SIZES
+    )
 
 
 @pytest.fixture(scope="session")
 def gpt2_folder(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("gpt2"), "gpt2", texts)
+    """GPT-2-like: no BOS, pads on the right, tied embeddings."""
+    tokenizer = build_tokenizer(texts, add_bos=False, padding_side="right")
+    return save_tiny_model(tmp_path_factory.mktemp("gpt2"), "gpt2", tokenizer, **TEST_SIZES)
 
 
 @pytest.fixture(scope="session")

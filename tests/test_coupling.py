@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from layerlaws.architectures import norm_module
 from layerlaws.block_coupling import prompt_token_ids
 from layerlaws.blocks import trace_blocks
 from layerlaws.coupling import miscoupling, miscoupling_matrix
@@ -40,7 +41,7 @@ def test_batched_jacobian_equals_autograd(traced):
     length = stream.shape[0]
     reference = torch.autograd.functional.jacobian(lambda x: branch(x[None])[0], stream)
     for output in (length - 1, 2):
-        rows = jacobian_rows(branch, stream, output, range(length), chunk=7)
+        rows = jacobian_rows(branch, stream, output, range(length), vjp_chunk=7)
         for t1 in range(length):
             np.testing.assert_allclose(
                 rows[t1].numpy(), reference[output, :, t1, :].numpy(), atol=1e-5
@@ -57,9 +58,8 @@ def test_trace_gives_the_raw_residual_stream(traced):
     assert len(calls) == 4 and streams.shape[0] == 5
     for layer in range(4):  # hidden_states[L] is after the final norm, streams[L] before it
         np.testing.assert_allclose(streams[layer].numpy(), states[layer][0].numpy(), atol=1e-5)
-    final_norm = model.model.norm if hasattr(model, "model") else model.transformer.ln_f
     np.testing.assert_allclose(
-        final_norm(streams[4]).detach().numpy(), states[4][0].numpy(), atol=1e-5
+        norm_module(model)(streams[4]).detach().numpy(), states[4][0].numpy(), atol=1e-5
     )
     branch_output = calls[0].branch(streams[0][None])[0]
     np.testing.assert_allclose(

@@ -67,19 +67,20 @@ def test_layer_count_and_corrupt_cache(llama_folder, texts, tmp_path):
 
 
 class RunsOutOfMemory:
-    """A model that fails like a full GPU whenever a batch holds more than two sequences."""
+    """A model that fails like a full GPU whenever a batch holds more than ``fits``
+    sequences (and otherwise is the model it wraps)."""
 
-    def __init__(self, model):
-        self.model, self.calls = model, []
+    def __init__(self, model, fits=2):
+        self.wrapped, self.fits, self.calls = model, fits, []
 
     def __call__(self, input_ids, **kwargs):
         self.calls.append(len(input_ids))
-        if len(input_ids) > 2:
+        if len(input_ids) > self.fits:
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        return self.model(input_ids=input_ids, **kwargs)
+        return self.wrapped(input_ids=input_ids, **kwargs)
 
-    def parameters(self):
-        return self.model.parameters()
+    def __getattr__(self, name):
+        return getattr(self.wrapped, name)
 
 
 def test_out_of_memory_splits_the_batch_and_gives_the_same_states(llama_folder, texts, tmp_path):
@@ -100,11 +101,7 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_states(llama_folder, 
 
 def test_a_sequence_too_long_for_the_device_is_a_clear_error(llama_folder, texts, tmp_path):
     model, tokens, _ = extracted(llama_folder, texts[:1], tmp_path, batch_size=1)
-
-    def always_full(input_ids, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-
-    always_full.parameters = model.parameters
+    always_full = RunsOutOfMemory(model, fits=0)
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m2")
     with pytest.raises(LayerlawsError, match="lower the dataset's max_tokens"):
         extract_hidden_states(always_full, facts, tokens, tmp_path / "x", 1, "cpu", progress=False)

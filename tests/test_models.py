@@ -1,25 +1,12 @@
-"""Model preparation: architecture facts, tied embeddings, random twins, bad sources."""
+"""Model preparation: facts read from the model, tied embeddings, random twins, bad sources."""
+
+import json
 
 import pytest
 import torch
-from transformers import GPT2Config, LlamaConfig, MambaConfig
 
 from layerlaws.errors import LayerlawsError
-from layerlaws.models import (
-    BLOCKS_THEN_FINAL_NORM,
-    EMBEDDINGS_FIRST,
-    architecture_of,
-    load_model,
-    prepare_model,
-    read_facts,
-)
-
-
-def test_architecture_table():
-    assert architecture_of(LlamaConfig()).norm_type == "rmsnorm"
-    assert architecture_of(GPT2Config()).norm_type == "layernorm"
-    assert architecture_of(GPT2Config()).hidden_states_layout == EMBEDDINGS_FIRST
-    assert architecture_of(MambaConfig()).hidden_states_layout == BLOCKS_THEN_FINAL_NORM
+from layerlaws.models import load_model, prepare_model, read_facts
 
 
 def test_prepare_local_model_and_its_random_twin(llama_folder, gpt2_folder, tmp_path):
@@ -29,9 +16,10 @@ def test_prepare_local_model_and_its_random_twin(llama_folder, gpt2_folder, tmp_
     assert (facts.num_layers, facts.hidden_size, facts.norm_type) == (4, 24, "rmsnorm")
     assert facts.norm_eps == pytest.approx(1e-6)
     assert read_facts(tmp_path / "llama") == facts
-    assert not facts.tied_embeddings
+    assert not facts.tied_embeddings and not facts.post_ln
     gpt2 = prepare_model({"source": {"kind": "local", "path": str(gpt2_folder)}}, tmp_path / "g")
     assert gpt2.tied_embeddings and gpt2.norm_type == "layernorm"
+    assert gpt2.norm_eps == pytest.approx(1e-5)
     twin = prepare_model(
         {"source": {"kind": "local", "path": str(llama_folder)}, "init": "random", "init_seed": 5},
         tmp_path / "twin",
@@ -44,7 +32,10 @@ def test_prepare_local_model_and_its_random_twin(llama_folder, gpt2_folder, tmp_
 
 
 def test_unknown_models_give_clear_errors(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    # transformers reads the offline switch when first imported; set it where it is read.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(LayerlawsError, match="could not load model 'no-such/model-xyz'"):
         prepare_model({"source": {"kind": "hub", "id": "no-such/model-xyz"}}, tmp_path / "a")
     with pytest.raises(LayerlawsError, match="does not exist"):
@@ -54,3 +45,13 @@ def test_unknown_models_give_clear_errors(tmp_path, monkeypatch):
             {"source": {"kind": "gguf_package", "package": "no-such-package", "file": "x.gguf"}},
             tmp_path / "c",
         )
+
+
+def test_facts_of_an_older_layerlaws_are_a_clear_error(llama_folder, tmp_path):
+    prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
+    path = tmp_path / "m" / "layerlaws_model.json"
+    old = json.loads(path.read_text())
+    old["hidden_states_layout"] = old.pop("post_ln")
+    path.write_text(json.dumps(old))
+    with pytest.raises(LayerlawsError, match=r"delete .* and rerun"):
+        read_facts(tmp_path / "m")
