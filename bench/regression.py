@@ -28,7 +28,7 @@ from layerlaws.equilearning import prediction_residual_table, target_matrix
 from layerlaws.hidden import HiddenStates
 from layerlaws.norms import normalize
 
-TARGETS = [-1, 0, 1, 2]
+OFFSETS = [-1, 0, 1, 2]
 DEFAULT = "results/hidden/smollm2-135m/wiki-science"
 
 
@@ -60,16 +60,16 @@ def features(hidden: HiddenStates, layer: int) -> np.ndarray:
 
 
 def ours(hidden: HiddenStates) -> dict[tuple[int, int], float]:
-    table = prediction_residual_table(hidden, TARGETS, ["model"], ["none"])
-    return {(row["layer"], row["target"]): row["pr"] for row in table.iter_rows(named=True)}
+    table = prediction_residual_table(hidden, OFFSETS, ["model"], ["none"])
+    return {(row["layer"], row["offset"]): row["pr"] for row in table.iter_rows(named=True)}
 
 
 def baseline(hidden: HiddenStates) -> dict[tuple[int, int], float]:
-    targets, defined = target_matrix(hidden.rows, TARGETS, ["none"], 1, 0)
+    targets, defined = target_matrix(hidden.rows, OFFSETS, ["none"], 1, 0)
     layers = [features(hidden, layer).astype(np.float32) for layer in range(hidden.num_layers + 1)]
     results = {}
     for layer, x in enumerate(layers):
-        for index, offset in enumerate(TARGETS):
+        for index, offset in enumerate(OFFSETS):
             rows = defined[:, index]
             y = targets[rows, index].astype(np.float32)
             fit = LinearRegression().fit(x[rows], y)
@@ -78,11 +78,11 @@ def baseline(hidden: HiddenStates) -> dict[tuple[int, int], float]:
 
 
 def reference(hidden: HiddenStates) -> dict[tuple[int, int], float]:
-    targets, defined = target_matrix(hidden.rows, TARGETS, ["none"], 1, 0)
+    targets, defined = target_matrix(hidden.rows, OFFSETS, ["none"], 1, 0)
     results = {}
     for layer in range(hidden.num_layers + 1):
         x = features(hidden, layer)
-        for index, offset in enumerate(TARGETS):
+        for index, offset in enumerate(OFFSETS):
             rows = defined[:, index]
             design = np.hstack([x[rows], np.ones((rows.sum(), 1))])
             y = targets[rows, index]
@@ -98,7 +98,7 @@ def main() -> None:
     hidden = HiddenStates.open(folder)
     print(
         f"hidden states: {folder} ({len(hidden.rows)} rows, {hidden.num_layers + 1} layers, "
-        f"hidden size {hidden.hidden_size}, {len(TARGETS)} targets)"
+        f"hidden size {hidden.hidden_size}, {len(OFFSETS)} target offsets)"
     )
     ours_pr, ours_s = timed(ours, hidden)
     base_pr, base_s = timed(baseline, hidden)

@@ -51,8 +51,8 @@ def measure_prompt(
     token_layers: Sequence[int],
     ks: Sequence[int],
     svd: str = "full",
-    chunk: int = 64,
-    window: int = 5,
+    vjp_chunk: int = 64,
+    lss_window: int = 5,
 ) -> PromptMeasurement:
     """Measure one prompt ``input_ids`` (1, T). Layers are numbered 1..L (block l maps
     x^{l-1} to x^l); tokens 0..T−1."""
@@ -62,7 +62,7 @@ def measure_prompt(
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
 
     depth = [
-        jacobian_rows(call.branch, stream, last, [last], chunk)[0]
+        jacobian_rows(call.branch, stream, last, [last], vjp_chunk)[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
     depth_factors = [top_singular(j, k_max, svd) for j in depth]
@@ -84,7 +84,7 @@ def measure_prompt(
         kinds: dict[str, list[torch.Tensor]] = {kind: [] for kind in TOKEN_KINDS}
         for output in range(length):
             wanted = list(range(length)) if output == last else sorted({0, output})
-            rows = jacobian_rows(call.branch, stream, output, wanted, chunk)
+            rows = jacobian_rows(call.branch, stream, output, wanted, vjp_chunk)
             kinds["self"].append(rows[wanted.index(output)])
             kinds["fixed_input"].append(rows[0])
             if output == last:
@@ -115,39 +115,12 @@ def measure_prompt(
                 "expodistance": expodistance(trajectory),
             }
         )
-        if n_layers >= window:
+        if n_layers >= lss_window:
             result.windows += [
                 {"token": token, "start_layer": start, "lss": float(value)}
-                for start, value in enumerate(windowed_line_shape(trajectory, window))
+                for start, value in enumerate(windowed_line_shape(trajectory, lss_window))
             ]
     return result
-
-
-def prompt_token_ids(
-    texts: Sequence[str], tokenizer: Any, max_tokens: int, truncate: bool, max_positions: int | None
-) -> list[list[int]]:
-    """Token ids of each prompt (special tokens included), at most ``max_tokens``.
-
-    A longer prompt is truncated when ``truncate``, else a LayerlawsError names it;
-    ``max_tokens`` beyond the model's context is an error either way.
-    """
-    if max_positions and max_tokens > max_positions:
-        raise LayerlawsError(
-            f"coupling prompts: max_tokens {max_tokens} exceeds the model's context of "
-            f"{max_positions} tokens; lower max_tokens"
-        )
-    prompts = []
-    for text in texts:
-        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-        if len(ids) > max_tokens and not truncate:
-            raise LayerlawsError(
-                f"coupling prompt {text[:60]!r}… has {len(ids)} tokens, more than max_tokens "
-                f"{max_tokens}; raise max_tokens or set truncate: true"
-            )
-        if len(ids) < 2:
-            raise LayerlawsError(f"coupling prompt {text!r} has fewer than 2 tokens")
-        prompts.append(ids[:max_tokens])
-    return prompts
 
 
 def chosen_layers(configured: Sequence[int], num_layers: int) -> list[int]:
@@ -185,8 +158,8 @@ def measure_prompt_set(
     token_layers: Sequence[int],
     ks: Sequence[int],
     svd: str,
-    chunk: int,
-    window: int,
+    vjp_chunk: int,
+    lss_window: int,
     device: str,
 ) -> PromptSetMeasurement:
     """``measure_prompt`` for every prompt under every weights (e.g. ``trained`` and
@@ -206,8 +179,8 @@ def measure_prompt_set(
                 token_layers,
                 ks,
                 svd,
-                chunk,
-                window,
+                vjp_chunk,
+                lss_window,
             )
             tag = {"weights": weights, "prompt": str(index)}
             for name, table in rows.items():

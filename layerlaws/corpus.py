@@ -21,23 +21,26 @@ log = logging.getLogger(__name__)
 SENTENCE_SCHEMA = {"sentence_id": pl.Int64, "text": pl.String, "source": pl.String}
 
 
-def _draw(candidates: list[Candidate], count: int, seed: int) -> list[Candidate]:
+def _draw(candidates: list[Candidate], count: int, sample_seed: int) -> list[Candidate]:
     nonblank = [(text.strip(), where) for text, where in candidates if text.strip()]
-    order = np.random.default_rng(seed).permutation(len(nonblank))
+    order = np.random.default_rng(sample_seed).permutation(len(nonblank))
     return [nonblank[i] for i in order[:count]]
 
 
-def sample_sentences(source: Mapping[str, Any], n_samples: int, seed: int) -> pl.DataFrame:
-    """Draw ``n_samples`` non-blank texts from ``source`` with a seeded generator.
+def sample_sentences(source: Mapping[str, Any], n_samples: int, sample_seed: int) -> pl.DataFrame:
+    """Draw ``n_samples`` non-blank texts from ``source`` with a generator seeded by
+    ``sample_seed``.
 
     Raises LayerlawsError when the source holds no text at all; when it holds fewer than
     ``n_samples`` texts, all of them are used and a warning is logged.
     """
     kind = source["kind"]
     if kind == "hub":
-        chosen = [(text.strip(), where) for text, where in hub_sample(source, n_samples, seed)]
+        chosen = [
+            (text.strip(), where) for text, where in hub_sample(source, n_samples, sample_seed)
+        ]
     elif kind in LOCAL_LOADERS:
-        chosen = _draw(LOCAL_LOADERS[kind](source), n_samples, seed)
+        chosen = _draw(LOCAL_LOADERS[kind](source), n_samples, sample_seed)
     else:
         raise LayerlawsError(
             f"unknown dataset source kind {kind!r}; use one of {['hub', *LOCAL_LOADERS]}"

@@ -1,7 +1,7 @@
 """Figures of the block-coupling and trajectory stage (paper 004, Figs. 1, 3, 4, 17).
 
-``options`` is the config's ``plots`` block. Every figure sets the trained model beside
-its randomly initialised twin.
+``options`` are the config's plot options (``format``, ``dpi``, ``width``). Every figure
+sets the trained model beside its randomly initialised twin.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-layer prediction residuals for every target offset, norm mode and control.
+"""Per-layer prediction residuals for every target offset, norm and control.
 
 For target offset k the regression rows are (h[l][s,t], x[s,t+k]) over the text tokens t
 of each sequence s for which t+k is also a text token of s (special tokens and padding are
@@ -26,10 +26,11 @@ from layerlaws.regression import DEFAULT_CUTOFF, Moments, prediction_residuals
 
 log = logging.getLogger(__name__)
 
-CONTROLS = ("none", "shuffled_vocab")
+OUTPUT = "output"
+"""Stands for "as the model outputs it" (layer L, whatever the norm)."""
 PR_SCHEMA = {
     "layer": pl.Int64,
-    "target": pl.Int64,
+    "offset": pl.Int64,
     "norm": pl.String,
     "control": pl.String,
     "pr": pl.Float64,
@@ -103,12 +104,13 @@ def prediction_residual_table(
     controls: Sequence[str],
     shuffle_seed: int = 0,
     cutoff: float = DEFAULT_CUTOFF,
-    chunk_rows: int = 4096,
+    regression_chunk_rows: int = 4096,
 ) -> pl.DataFrame:
-    """PR for every layer 0..L × offset × norm × control (columns of ``PR_SCHEMA``).
+    """PR for every layer 0..L × offset × norm × control (columns of ``PR_SCHEMA``),
+    streaming ``regression_chunk_rows`` rows at a time (memory only).
 
-    Norm modes apply to layers l < L; layer L is used as the model outputs it, so its PR
-    is the same under every mode (computed once).
+    Norms apply to layers l < L; layer L is used as the model outputs it, so its PR is
+    the same under every norm (computed once).
     """
     meta = hidden.metadata
     hidden_size, n_layers = hidden.hidden_size, hidden.num_layers
@@ -126,23 +128,25 @@ def prediction_residual_table(
     records = []
     for layer in range(n_layers + 1):
         features = hidden.layer(layer)
-        modes = norms if layer < n_layers else ["output"]
-        for mode in modes:
+        # Layer L is the model's output: one pass serves every norm.
+        for norm in norms if layer < n_layers else [OUTPUT]:
 
-            def transform(x: np.ndarray, mode: str = mode) -> np.ndarray:
-                if mode == "output":
+            def transform(x: np.ndarray, norm: str = norm) -> np.ndarray:
+                if norm == OUTPUT:
                     return x
-                return normalize(x, mode, meta["norm_type"], meta["norm_eps"])
+                return normalize(x, norm, meta["norm_type"], meta["norm_eps"])
 
-            total, lacking = _layer_moments(features, targets, defined, transform, chunk_rows)
+            total, lacking = _layer_moments(
+                features, targets, defined, transform, regression_chunk_rows
+            )
             for index, offset in enumerate(offsets):
                 columns = [hidden_size + index * len(controls) + j for j in range(len(controls))]
                 subset = (total - lacking[index]).select([*range(hidden_size), *columns])
                 pr, _rank = prediction_residuals(subset, hidden_size, cutoff)
                 for control, value in zip(controls, pr, strict=True):
-                    for norm in norms if mode == "output" else [mode]:
+                    for applied in norms if norm == OUTPUT else [norm]:
                         records.append(
-                            (layer, offset, norm, control, float(value), int(counts[index]))
+                            (layer, offset, applied, control, float(value), int(counts[index]))
                         )
         log.info("layer %d/%d done", layer, n_layers)
     return pl.DataFrame(records, schema=PR_SCHEMA, orient="row")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-LAW_KEYS = ("target", "norm", "control")
+LAW_KEYS = ("offset", "norm", "control")
 LAW_STATISTICS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
 
 
@@ -52,9 +52,9 @@ def fit_law(layers: np.ndarray, pr: np.ndarray) -> LawFit:
 
 
 def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
-    """One law fit per (target, norm, control) of a ``pr.csv`` table, over layers ≥ 1.
+    """One law fit per (offset, norm, control) of a ``pr.csv`` table, over layers ≥ 1.
 
-    Columns: target, norm, control, rho, pearson, pr_first, pr_last, overall_decay.
+    Columns: offset, norm, control, rho, pearson, pr_first, pr_last, overall_decay.
     """
     rows = []
     blocks = pr_table.filter(pl.col("layer") >= 1).partition_by(LAW_KEYS, as_dict=True)

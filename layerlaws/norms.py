@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-NORM_MODES = ("model", "standardize", "none")
+NORMS = ("model", "standardize", "none")
 
 
 def _mean_square(x: np.ndarray) -> np.ndarray:
@@ -34,16 +34,16 @@ def standardize(x: np.ndarray) -> np.ndarray:
     return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
 
 
-def normalize(x: np.ndarray, mode: str, norm_type: str, eps: float) -> np.ndarray:
-    """Apply normalisation ``mode`` (one of NORM_MODES).
+def normalize(x: np.ndarray, norm: str, norm_type: str, eps: float) -> np.ndarray:
+    """Apply the normalisation ``norm`` (one of NORMS).
 
     ``model`` uses a default-initialised norm of the model's own ``norm_type``
     (``layernorm`` or ``rmsnorm``) with the model's ``eps``.
     """
-    if mode == "none":
+    if norm == "none":
         return x
-    if mode == "standardize":
+    if norm == "standardize":
         return standardize(x)
-    if mode == "model":
+    if norm == "model":
         return layer_norm(x, eps) if norm_type == "layernorm" else rms_norm(x, eps)
-    raise ValueError(f"unknown norm mode {mode!r}; allowed: {list(NORM_MODES)}")
+    raise ValueError(f"unknown norm {norm!r}; allowed: {list(NORMS)}")

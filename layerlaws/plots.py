@@ -1,6 +1,6 @@
 """Figures of the equi-learning stage (matplotlib, written atomically).
 
-``options`` is the config's ``plots`` block: ``format`` (svg, png, pdf), ``dpi`` and
+``options`` are the config's plot options: ``format`` (svg, png, pdf), ``dpi`` and
 ``width`` (inches).
 """
 
@@ -32,9 +32,9 @@ def save_figure(figure: Any, path: str | os.PathLike[str], options: Mapping[str,
     plt.close(figure)
 
 
-def _curve(pr: pl.DataFrame, target: int, norm: str, control: str) -> tuple[np.ndarray, ...]:
+def _curve(pr: pl.DataFrame, offset: int, norm: str, control: str) -> tuple[np.ndarray, ...]:
     block = pr.filter(
-        (pl.col("target") == target)
+        (pl.col("offset") == offset)
         & (pl.col("norm") == norm)
         & (pl.col("control") == control)
         & (pl.col("layer") >= 1)
@@ -77,24 +77,24 @@ def plot_law(
 ) -> None:
     """Log PR against layer with the fitted line, one panel per target offset (paper Fig.
     1/Fig. 8 style); the shuffled-vocabulary control, if measured, in grey."""
-    targets = sorted(pr["target"].unique().to_list())
+    offsets = sorted(pr["offset"].unique().to_list())
     norm = _preferred(pr["norm"].unique().to_list(), "model")
     controls = pr["control"].unique().to_list()
     figure, axes = plt.subplots(
-        1, len(targets), figsize=(options["width"], 3.6), squeeze=False, sharex=True
+        1, len(offsets), figsize=(options["width"], 3.6), squeeze=False, sharex=True
     )
-    for axis, target in zip(axes[0], targets, strict=True):
-        _plot_with_fit(axis, *_curve(pr, target, norm, "none"), "tokens")
+    for axis, offset in zip(axes[0], offsets, strict=True):
+        _plot_with_fit(axis, *_curve(pr, offset, norm, "none"), "tokens")
         if "shuffled_vocab" in controls:
             _plot_with_fit(
-                axis, *_curve(pr, target, norm, "shuffled_vocab"), "shuffled vocab", color="0.6"
+                axis, *_curve(pr, offset, norm, "shuffled_vocab"), "shuffled vocab", color="0.6"
             )
         row = law.filter(
-            (pl.col("target") == target) & (pl.col("norm") == norm) & (pl.col("control") == "none")
+            (pl.col("offset") == offset) & (pl.col("norm") == norm) & (pl.col("control") == "none")
         )
         rho = row["rho"][0] if len(row) else float("nan")
         _log_axis(axis)
-        axis.set_title(f"x[t{target:+d}]  ρ={rho:.4f}", fontsize=9)
+        axis.set_title(f"x[t{offset:+d}]  ρ={rho:.4f}", fontsize=9)
         axis.set_xlabel("layer")
         axis.legend(fontsize=7)
     axes[0][0].set_ylabel("prediction residual")
@@ -109,15 +109,15 @@ def plot_norms(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Next-token log PR against layer under each normalisation mode."""
-    targets = pr["target"].unique().to_list()
-    target = NEXT_TOKEN if NEXT_TOKEN in targets else targets[0]
+    """Next-token log PR against layer under each norm."""
+    offsets = pr["offset"].unique().to_list()
+    offset = NEXT_TOKEN if NEXT_TOKEN in offsets else offsets[0]
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     for norm in sorted(pr["norm"].unique().to_list()):
-        _plot_with_fit(axis, *_curve(pr, target, norm, "none"), norm)
+        _plot_with_fit(axis, *_curve(pr, offset, norm, "none"), norm)
     _log_axis(axis)
     axis.set_xlabel("layer")
-    axis.set_ylabel(f"prediction residual of x[t{target:+d}]")
+    axis.set_ylabel(f"prediction residual of x[t{offset:+d}]")
     axis.set_title(f"{title}: normalisation", fontsize=10)
     axis.legend(fontsize=8)
     save_figure(figure, path, options)

@@ -1,7 +1,7 @@
 """Figures of the probability-signature stage (paper 003, Figs. 5 and 6B).
 
-``options`` is the config's ``plots`` block (``format``, ``dpi``, ``width``,
-``heatmap_tokens``).
+``options`` are the config's plot options: ``format``, ``dpi`` and ``width`` of every
+figure, and this stage's own ``heatmap_tokens`` (``plots.signatures``).
 """
 
 from __future__ import annotations

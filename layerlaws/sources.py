@@ -125,7 +125,7 @@ def _hub_text(row: Mapping[str, Any], text_field: str, source: Mapping[str, Any]
     return str(row[text_field] or "")
 
 
-def hub_sample(source: Mapping[str, Any], count: int, seed: int) -> list[Candidate]:
+def hub_sample(source: Mapping[str, Any], count: int, sample_seed: int) -> list[Candidate]:
     """Up to ``count`` texts drawn at random (seeded) from a Hugging Face dataset.
 
     A map-style dataset is sampled uniformly by index; a streaming one (for corpora too
@@ -136,12 +136,14 @@ def hub_sample(source: Mapping[str, Any], count: int, seed: int) -> list[Candida
     text_field = source.get("text_field", "text")
     label = f"{source['name']}:{source.get('split', 'train')}"
     if source.get("streaming", False):
-        shuffled = dataset.shuffle(seed=seed, buffer_size=source.get("shuffle_buffer", 10_000))
+        shuffled = dataset.shuffle(
+            seed=sample_seed, buffer_size=source.get("shuffle_buffer", 10_000)
+        )
         rows: Iterator[Mapping[str, Any]] = iter(shuffled)
         texts = ((_hub_text(row, text_field, source), i) for i, row in enumerate(rows))
         nonblank = ((text, f"{label}:{i}") for text, i in texts if text.strip())
         return list(islice(nonblank, count))
-    order = np.random.default_rng(seed).permutation(len(dataset))
+    order = np.random.default_rng(sample_seed).permutation(len(dataset))
     chosen: list[Candidate] = []
     for index in order:
         text = _hub_text(dataset[int(index)], text_field, source)

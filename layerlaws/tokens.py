@@ -1,15 +1,23 @@
-"""Tokenisation of the probing sentences into a long table of tokens.
+"""Tokenisation: the one policy by which texts become model inputs.
 
-``tokens.parquet`` columns: ``sentence_id`` (int64), ``position`` (int32, index in the
-model's input sequence, 0-based, special tokens included), ``token_id`` (int64) and
-``is_special`` (bool: a token the tokenizer added, such as BOS or EOS). Sequences are never
-padded here; padding exists only inside an extraction batch and never enters a table.
+Probing texts, whole corpora and coupling prompts are all encoded here, with the
+tokenizer's own special tokens (BOS, EOS) and one behaviour for texts longer than the
+limit (``too_long``: ``truncate`` them, ``drop`` them, or stop with an ``error``). The
+limit is ``max_tokens`` (special tokens counted), capped at the model's context with a
+warning; whole corpora for the signatures are counted untruncated.
+
+Token tables (``tokens.parquet`` and the corpus shards) have the columns ``sentence_id``
+(int64), ``position`` (int32, index in the model's input sequence, 0-based, special tokens
+included), ``token_id`` (int64) and ``is_special`` (bool: a token the tokenizer added).
+Sequences are never padded here; padding exists only inside an extraction batch and never
+enters a table.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -29,13 +37,75 @@ TOKEN_SCHEMA = {
 }
 
 
+TOO_LONG = ("truncate", "drop", "error")
+"""What to do with a text longer than the limit."""
+
+
+def context_limit(max_tokens: int, max_positions: int | None) -> int:
+    """``max_tokens``, capped (with a warning) at the model's context ``max_positions``."""
+    if max_positions and max_tokens > max_positions:
+        log.warning(
+            "max_tokens %d exceeds the model's context of %d tokens; using %d",
+            max_tokens,
+            max_positions,
+            max_positions,
+        )
+        return max_positions
+    return max_tokens
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Encoded texts: token ids and special-token masks of the ``kept`` texts, in order."""
+
+    token_ids: list[list[int]]
+    special: list[list[int]]
+    kept: list[int]
+    """Indices of the encoded texts among those given (all of them unless dropped)."""
+
+
+def encode(tokenizer: Any, texts: list[str], max_tokens: int | None, too_long: str) -> Encoded:
+    """Encode ``texts`` with their special tokens, at most ``max_tokens`` each (None: no
+    limit); a longer text is truncated, dropped (with a warning) or an error, by
+    ``too_long``."""
+    if too_long not in TOO_LONG:
+        raise LayerlawsError(f"too_long is {too_long!r}; allowed values: {list(TOO_LONG)}")
+    truncate = max_tokens is not None and too_long == "truncate"
+    encoded = tokenizer(
+        texts,
+        add_special_tokens=True,
+        truncation=truncate,
+        max_length=max_tokens if truncate else None,
+        return_special_tokens_mask=True,
+        return_attention_mask=False,
+    )
+    ids, special = encoded["input_ids"], encoded["special_tokens_mask"]
+    kept = list(range(len(texts)))
+    if max_tokens is not None and not truncate:
+        longer = [i for i in kept if len(ids[i]) > max_tokens]
+        if longer and too_long == "error":
+            first = longer[0]
+            raise LayerlawsError(
+                f"{len(longer)} of {len(texts)} texts have more than max_tokens={max_tokens} "
+                f"tokens, such as {texts[first][:60]!r}… ({len(ids[first])} tokens); raise "
+                f"max_tokens, or set too_long to truncate or drop"
+            )
+        if longer:
+            log.warning(
+                "dropped %d of %d texts longer than %d tokens", len(longer), len(texts), max_tokens
+            )
+            kept = [i for i in kept if len(ids[i]) <= max_tokens]
+    return Encoded([ids[i] for i in kept], [special[i] for i in kept], kept)
+
+
 def _token_table(
     sentence_ids: list[int],
-    encoded: Any,
+    encoded: Encoded,
     min_tokens: int,
     token_budget: int | None,
 ) -> tuple[pl.DataFrame, int, int]:
-    """Token rows of encoded sentences: (table, sentences too short, text tokens kept).
+    """Token rows of the encoded sentences whose ids are ``sentence_ids`` (one per kept
+    text): (table, sentences too short, text tokens kept).
 
     Sentences with fewer than ``min_tokens`` text tokens are skipped; with a
     ``token_budget``, sentences are taken in order until their text tokens reach it.
@@ -43,7 +113,7 @@ def _token_table(
     columns: dict[str, list[np.ndarray]] = {name: [] for name in TOKEN_SCHEMA}
     too_short = text_tokens = 0
     for sentence_id, ids, special in zip(
-        sentence_ids, encoded["input_ids"], encoded["special_tokens_mask"], strict=True
+        sentence_ids, encoded.token_ids, encoded.special, strict=True
     ):
         if token_budget is not None and text_tokens >= token_budget:
             break
@@ -64,33 +134,28 @@ def _token_table(
     return table, too_short, text_tokens
 
 
-def _encode(tokenizer: Any, texts: list[str], max_tokens: int | None) -> Any:
-    return tokenizer(
-        texts,
-        add_special_tokens=True,
-        truncation=max_tokens is not None,
-        max_length=max_tokens,
-        return_special_tokens_mask=True,
-        return_attention_mask=False,
-    )
-
-
 def tokenize_sentences(
     sentences: pl.DataFrame,
     tokenizer: Any,
     max_tokens: int,
     min_tokens: int = 2,
     token_budget: int | None = None,
+    too_long: str = "truncate",
+    max_positions: int | None = None,
 ) -> pl.DataFrame:
-    """Tokenise each sentence on its own, truncated to ``max_tokens`` (special tokens counted).
+    """Tokenise each sentence on its own, at most ``max_tokens`` tokens (special tokens
+    counted; capped at the model's context ``max_positions``), longer ones handled by
+    ``too_long``.
 
     Sentences with fewer than ``min_tokens`` text (non-special) tokens are dropped. With a
     ``token_budget``, sentences are kept in sampled order until their text tokens reach the
     budget. Raises LayerlawsError when no sentence is left.
     """
-    encoded = _encode(tokenizer, sentences["text"].to_list(), max_tokens)
+    limit = context_limit(max_tokens, max_positions)
+    encoded = encode(tokenizer, sentences["text"].to_list(), limit, too_long)
+    sentence_ids = sentences["sentence_id"].to_list()
     table, too_short, text_tokens = _token_table(
-        sentences["sentence_id"].to_list(), encoded, min_tokens, token_budget
+        [sentence_ids[i] for i in encoded.kept], encoded, min_tokens, token_budget
     )
     if too_short:
         log.warning(
@@ -101,11 +166,30 @@ def tokenize_sentences(
         )
     if table.is_empty():
         raise LayerlawsError(
-            f"all {len(sentences)} texts have fewer than min_tokens={min_tokens} text tokens "
-            f"after tokenisation; use longer texts or lower the dataset's min_tokens"
+            f"none of the {len(sentences)} texts is left after tokenisation: each has fewer "
+            f"than min_tokens={min_tokens} text tokens or was dropped as too long; use longer "
+            f"texts or lower the dataset's min_tokens"
         )
     log.info("kept %d texts, %d text tokens", table["sentence_id"].n_unique(), text_tokens)
     return table
+
+
+def tokenize_prompts(
+    texts: list[str],
+    tokenizer: Any,
+    max_tokens: int,
+    too_long: str = "truncate",
+    max_positions: int | None = None,
+) -> list[list[int]]:
+    """Token ids of each prompt (special tokens included) under the same policy as
+    ``tokenize_sentences``; every prompt left must have at least 2 tokens."""
+    encoded = encode(tokenizer, texts, context_limit(max_tokens, max_positions), too_long)
+    for index, ids in zip(encoded.kept, encoded.token_ids, strict=True):
+        if len(ids) < 2:
+            raise LayerlawsError(f"coupling prompt {texts[index]!r} has fewer than 2 tokens")
+    if not encoded.token_ids:
+        raise LayerlawsError("every coupling prompt was dropped as too long; raise max_tokens")
+    return encoded.token_ids
 
 
 def shard_name(index: int) -> str:
@@ -135,7 +219,7 @@ def tokenize_corpus(
         remaining = None if token_budget is None else token_budget - n_tokens
         ids = list(range(first_id, first_id + len(batch)))
         first_id += len(batch)
-        encoded = _encode(tokenizer, [text for text, _ in batch], None)
+        encoded = encode(tokenizer, [text for text, _ in batch], None, "truncate")
         table, _, written = _token_table(ids, encoded, 1, remaining)
         table.write_parquet(out / shard_name(n_shards))
         n_shards += 1

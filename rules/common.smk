@@ -1,14 +1,47 @@
-# Helpers shared by all stages: config validation, cross-checks, output lists.
-# Nothing else reads the raw YAML.
+# Helpers shared by all stages: config validation, cross-checks, output lists, and the
+# two ways settings reach a job. Nothing else reads the raw YAML.
+#
+# - Settings that change results are rule params, so changing one reruns exactly the jobs
+#   that use it (and what follows).
+# - Execution settings (the config's `execution` block) change how a job runs, never what
+#   it computes: they are never params. Rules read them through EXECUTION (for resources),
+#   scripts through layerlaws.execution.Execution.from_config(snakemake.config).
 import re
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-validate(config, workflow.source_path("../schemas/config.schema.yaml"))
+from layerlaws.execution import Execution
+from layerlaws.renamed_keys import renamed_key_errors
 
-KEY_PATTERN = "[A-Za-z0-9][A-Za-z0-9_.-]*"
+SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
+
+if renamed_key_errors(config):
+    raise WorkflowError("\n".join(renamed_key_errors(config)))
+validate(config, SCHEMA)
+
+with open(SCHEMA) as schema_file:
+    KEY_PATTERN = yaml.safe_load(schema_file)["$defs"]["key"]["pattern"].strip("^$")
+EXECUTION = Execution.from_config(config)
 PLOT_FORMAT = config["plots"]["format"]
+
+
+def plot_options(stage=None):
+    """The plot options of a figure rule: those of every figure (format, dpi, width) and
+    those of its ``stage`` (the block plots.<stage>), so a stage's option reruns only its
+    figures."""
+    common = {
+        key: value
+        for key, value in config["plots"].items()
+        if not isinstance(value, dict)
+    }
+    return common | config["plots"].get(stage, {})
+
+
+def model_dtype(wildcards):
+    """The precision of a model's forward passes."""
+    return config["models"][wildcards.model]["dtype"]
 
 
 def check_runs():
@@ -169,8 +202,14 @@ def prompt_sentences(wildcards):
     return [] if dataset is None else [f"results/corpus/{dataset}/sentences.parquet"]
 
 
-def model_config(wildcards):
-    return config["models"][wildcards.model]
+def model_preparation(wildcards):
+    """What preparing a model depends on: its configuration but the forward passes'
+    precision (``dtype``), which later stages apply."""
+    return {
+        key: value
+        for key, value in config["models"][wildcards.model].items()
+        if key != "dtype"
+    }
 
 
 def dataset_config(wildcards):

@@ -9,6 +9,6 @@ rule sample_sentences:
     params:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],
-        seed=lambda wildcards: dataset_config(wildcards)["seed"],
+        sample_seed=lambda wildcards: dataset_config(wildcards)["sample_seed"],
     script:
         "../scripts/sample_sentences.py"

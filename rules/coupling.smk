@@ -20,12 +20,12 @@ rule measure_coupling:
         gpu=1,
     params:
         prompts=lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
-        options={
-            key: value
-            for key, value in config["coupling"].items()
-            if key not in ("runs", "prompts", "vjp_chunk")
-        },
-        dtype=config["execution"]["dtype"],
+        ks=config["coupling"]["ks"],
+        token_layers=config["coupling"]["token_layers"],
+        svd=config["coupling"]["svd"],
+        init_seed=config["coupling"]["init_seed"],
+        lss_window=config["coupling"]["lss_window"],
+        dtype=model_dtype,
     script:
         "../scripts/measure_coupling.py"
 
@@ -58,7 +58,7 @@ rule plot_coupling:
     log:
         "results/logs/plot_coupling/{model}/{prompts}.log",
     params:
-        plots=config["plots"],
+        plots=plot_options(),
         title="{model} on {prompts}",
     script:
         "../scripts/plot_coupling.py"

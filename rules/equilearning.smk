@@ -10,7 +10,11 @@ rule regress:
         "results/logs/regress/{model}/{dataset}.log",
     threads: 4
     params:
-        analysis=config["equilearning"],
+        offsets=config["equilearning"]["offsets"],
+        norms=config["equilearning"]["norms"],
+        controls=config["equilearning"]["controls"],
+        shuffle_seed=config["equilearning"]["shuffle_seed"],
+        cutoff=config["equilearning"]["cutoff"],
     script:
         "../scripts/regress.py"
 
@@ -46,7 +50,7 @@ rule plot_equilearning:
     log:
         "results/logs/plot_equilearning/{model}/{dataset}.log",
     params:
-        plots=config["plots"],
+        plots=plot_options(),
         title="{model} on {dataset}",
     script:
         "../scripts/plot_equilearning.py"
@@ -82,6 +86,6 @@ rule plot_summary:
         "results/logs/plot_summary.log",
     params:
         runs=runs(),
-        plots=config["plots"],
+        plots=plot_options(),
     script:
         "../scripts/plot_summary.py"

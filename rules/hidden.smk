@@ -13,6 +13,6 @@ rule extract_hidden:
     resources:
         gpu=1,
     params:
-        dtype=config["execution"]["dtype"],
+        dtype=model_dtype,
     script:
         "../scripts/extract_hidden.py"

@@ -8,6 +8,6 @@ rule prepare_model:
     log:
         "results/logs/prepare_model/{model}.log",
     params:
-        model=model_config,
+        model=model_preparation,
     script:
         "../scripts/prepare_model.py"

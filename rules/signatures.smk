@@ -14,7 +14,6 @@ rule tokenize_corpus:
     params:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         token_budget=config["signatures"]["token_budget"],
-        shard_texts=config["signatures"]["shard_texts"],
     script:
         "../scripts/tokenize_corpus.py"
 
@@ -31,7 +30,7 @@ rule count_tokens:
         dataset=DATASET_KEYS,
     threads: 2
     resources:
-        mem_mb=config["signatures"]["duckdb_memory_mb"],
+        mem_mb=EXECUTION.duckdb_memory_mb,
     script:
         "../scripts/count_tokens.py"
 
@@ -49,7 +48,7 @@ rule pool_counts:
         dataset=POOL_KEYS,
     threads: 2
     resources:
-        mem_mb=config["signatures"]["duckdb_memory_mb"],
+        mem_mb=EXECUTION.duckdb_memory_mb,
     script:
         "../scripts/pool_counts.py"
 
@@ -96,7 +95,7 @@ rule plot_signatures:
     log:
         "results/logs/plot_signatures/{model}/{dataset}.log",
     params:
-        plots=config["plots"],
+        plots=plot_options("signatures"),
         title="{model} on {dataset}",
     script:
         "../scripts/plot_signatures.py"

@@ -13,5 +13,6 @@ rule tokenize:
         max_tokens=lambda wildcards: dataset_config(wildcards)["max_tokens"],
         min_tokens=lambda wildcards: dataset_config(wildcards)["min_tokens"],
         token_budget=lambda wildcards: dataset_config(wildcards)["token_budget"],
+        too_long=lambda wildcards: dataset_config(wildcards)["too_long"],
     script:
         "../scripts/tokenize_sentences.py"

@@ -1,8 +1,4 @@
-"""Snakemake entry point: extract hidden states (results/hidden/{model}/{dataset}/).
-
-Execution settings (device, batch size, lock folder) are read from the config rather than
-params on purpose: changing them must not invalidate finished results.
-"""
+"""Snakemake entry point: extract hidden states (results/hidden/{model}/{dataset}/)."""
 
 import logging
 import os
@@ -12,6 +8,7 @@ import torch
 
 from layerlaws.atomic import atomic_path
 from layerlaws.devices import claim_device
+from layerlaws.execution import Execution
 from layerlaws.hidden import extract_hidden_states
 from layerlaws.logs import run_logged
 from layerlaws.models import load_model, read_facts
@@ -19,11 +16,11 @@ from layerlaws.models import load_model, read_facts
 
 def main() -> None:
     log = logging.getLogger("layerlaws")
-    execution = snakemake.config["execution"]
+    execution = Execution.from_config(snakemake.config)
     facts = read_facts(snakemake.input.model)
     tokens = pl.read_parquet(snakemake.input.tokens)
     torch.set_num_threads(snakemake.threads)
-    with claim_device(execution["device"], execution["lock_dir"]) as claim:
+    with claim_device(execution.device, execution.lock_dir) as claim:
         log.info(
             "running on %s (CUDA_VISIBLE_DEVICES=%r)",
             claim.describe(),
@@ -32,7 +29,7 @@ def main() -> None:
         model = load_model(snakemake.input.model, snakemake.params.dtype, claim.device)
         with atomic_path(snakemake.output[0]) as folder:
             metadata = extract_hidden_states(
-                model, facts, tokens, folder, execution["batch_size"], claim.device
+                model, facts, tokens, folder, execution.batch_size, claim.device
             )
     log.info(
         "stored %d rows × %d layers at %.0f tokens/s",

@@ -1,8 +1,5 @@
 """Snakemake entry point: block coupling and trajectories of a prompt set, for the trained
-model and its randomly initialised twin (results/coupling/…, results/trajectories/…).
-
-``vjp_chunk`` is read from the config rather than params: it changes memory, not results.
-"""
+model and its randomly initialised twin (results/coupling/…, results/trajectories/…)."""
 
 import logging
 
@@ -11,10 +8,12 @@ import polars as pl
 import torch
 
 from layerlaws.atomic import atomic_path, write_csv
-from layerlaws.block_coupling import chosen_layers, measure_prompt_set, prompt_token_ids
+from layerlaws.block_coupling import chosen_layers, measure_prompt_set
 from layerlaws.devices import claim_device
+from layerlaws.execution import Execution
 from layerlaws.logs import run_logged
 from layerlaws.models import load_model, load_tokenizer, randomly_initialised_twin, read_facts
+from layerlaws.tokens import tokenize_prompts
 
 
 def save_npz(path, arrays) -> None:
@@ -23,43 +22,37 @@ def save_npz(path, arrays) -> None:
 
 
 def main() -> None:
-    execution, options = snakemake.config["execution"], snakemake.params.options
-    prompt_config, output = snakemake.params.prompts, snakemake.output
+    execution, params = Execution.from_config(snakemake.config), snakemake.params
+    prompt_set, output = params.prompts, snakemake.output
     facts = read_facts(snakemake.input.model)
-    texts = list(prompt_config["texts"])
+    texts = list(prompt_set["texts"])
     if snakemake.input.sentences:
         sample = pl.read_parquet(snakemake.input.sentences[0])
-        texts += sample["text"].head(prompt_config["n_from_dataset"]).to_list()
+        texts += sample["text"].head(prompt_set["n_from_dataset"]).to_list()
     tokenizer = load_tokenizer(snakemake.input.model)
-    prompts = prompt_token_ids(
-        texts,
-        tokenizer,
-        prompt_config["max_tokens"],
-        prompt_config["truncate"],
-        facts.max_positions,
+    prompts = tokenize_prompts(
+        texts, tokenizer, prompt_set["max_tokens"], prompt_set["too_long"], facts.max_positions
     )
-    layers = chosen_layers(options["token_layers"], facts.num_layers)
+    layers = chosen_layers(params.token_layers, facts.num_layers)
     torch.set_num_threads(snakemake.threads)
-    with claim_device(execution["device"], execution["lock_dir"]) as claim:
+    with claim_device(execution.device, execution.lock_dir) as claim:
         logging.getLogger("layerlaws").info(
             "running on %s; %d prompts, token layers %s", claim.describe(), len(prompts), layers
         )
-        trained = load_model(
-            snakemake.input.model, snakemake.params.dtype, claim.device, attention="eager"
-        )
+        trained = load_model(snakemake.input.model, params.dtype, claim.device, attention="eager")
         twins = {
             "trained": trained,
-            "random": randomly_initialised_twin(trained, options["random_seed"]),
+            "random": randomly_initialised_twin(trained, params.init_seed),
         }
         result = measure_prompt_set(
             twins,
             prompts,
             [tokenizer.convert_ids_to_tokens(ids) for ids in prompts],
             layers,
-            options["k"],
-            options["svd"],
-            snakemake.config["coupling"]["vjp_chunk"],
-            options["lss_window"],
+            params.ks,
+            params.svd,
+            execution.vjp_chunk,
+            params.lss_window,
             claim.device,
         )
     write_csv(output.depth, result.depth)

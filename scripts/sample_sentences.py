@@ -7,7 +7,7 @@ from layerlaws.logs import run_logged
 
 def main() -> None:
     sentences = sample_sentences(
-        snakemake.params.source, snakemake.params.n_samples, snakemake.params.seed
+        snakemake.params.source, snakemake.params.n_samples, snakemake.params.sample_seed
     )
     write_parquet(snakemake.output[0], sentences)
 

@@ -3,6 +3,7 @@
 import logging
 
 from layerlaws.atomic import atomic_path
+from layerlaws.execution import Execution
 from layerlaws.logs import run_logged
 from layerlaws.models import load_tokenizer
 from layerlaws.sources import iter_texts
@@ -16,7 +17,7 @@ def main() -> None:
             iter_texts(snakemake.params.source),
             tokenizer,
             folder,
-            shard_texts=snakemake.params.shard_texts,
+            shard_texts=Execution.from_config(snakemake.config).shard_texts,
             token_budget=snakemake.params.token_budget,
         )
     logging.getLogger("layerlaws").info("signature corpus: %s", counts)

@@ -1,9 +1,30 @@
-"""Shared fixtures: tiny tokenizers and randomly initialised models, a tiny corpus."""
+"""Shared fixtures: tiny tokenizers and randomly initialised models, a tiny corpus, the
+tiny workflow run once.
+
+The suite leaves the machine as it found it: whatever the libraries it runs cache
+(Hugging Face, matplotlib, Snakemake, torch) goes to one folder, removed when the session
+ends, and nothing is fetched from the Hugging Face hub. This is set before those
+libraries are imported, and the Snakemake runs of the tests inherit it.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+CACHE = tempfile.mkdtemp(prefix="layerlaws-test-cache-")
+os.environ.update(
+    {
+        "XDG_CACHE_HOME": CACHE,
+        "HF_HOME": f"{CACHE}/huggingface",
+        "HF_HUB_OFFLINE": "1",
+        "MPLCONFIGDIR": f"{CACHE}/matplotlib",
+        "TORCHINDUCTOR_CACHE_DIR": f"{CACHE}/torchinductor",
+    }
+)
 
 import pytest
 from tiny_models import save_tiny_model
@@ -13,6 +34,10 @@ from transformers import PreTrainedTokenizerFast
 from layerlaws.sources import wikipedia_summaries
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(CACHE, ignore_errors=True)
 
 
 def corpus_texts(count: int = 80) -> list[str]:
@@ -78,3 +103,58 @@ def corpus_file(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -> P
     path = tmp_path_factory.mktemp("corpus") / "texts.jsonl"
     path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
     return path
+
+
+@pytest.fixture(scope="session")
+def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
+    """The tiny workflow: two models (Llama-like untied, GPT-2-like tied) on one dataset,
+    signatures of a dataset and of a pool, coupling of a prompt set."""
+    return {
+        "models": {
+            "tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}},
+            "tiny-gpt2": {"source": {"kind": "local", "path": str(gpt2_folder)}},
+        },
+        "datasets": {
+            "mini": {
+                "source": {"kind": "files", "paths": [str(corpus_file)]},
+                "n_samples": 40,
+                "max_tokens": 24,
+            },
+        },
+        "runs": [
+            {"model": "tiny-llama", "dataset": "mini"},
+            {"model": "tiny-gpt2", "dataset": "mini"},
+        ],
+        "signatures": {
+            "pools": {"pooled": ["mini"]},
+            "runs": [
+                {"model": "tiny-llama", "dataset": "mini"},
+                {"model": "tiny-gpt2", "dataset": "pooled"},
+            ],
+            "top_tokens": 60,
+        },
+        "coupling": {
+            "prompts": {"few": {"dataset": "mini", "n_from_dataset": 1, "max_tokens": 8}},
+            "runs": [{"model": "tiny-llama", "prompts": "few"}],
+            "ks": [2, 4],
+            "token_layers": [1, 4],
+            "lss_window": 2,
+        },
+        "execution": {
+            "batch_size": 8,
+            "shard_texts": 30,
+            "lock_dir": str(tmp_path_factory.mktemp("locks")),
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def finished(base_config, tmp_path_factory):
+    """A workdir in which the whole tiny workflow has run once (shared by the workflow and
+    SLURM tests, which copy it before changing anything)."""
+    from snakemake_runs import run_ok, write_config
+
+    workdir = tmp_path_factory.mktemp("workflow")
+    write_config(workdir, base_config)
+    run_ok(workdir)
+    return workdir

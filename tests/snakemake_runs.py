@@ -1,7 +1,14 @@
-"""Helpers to run the real workflow with Snakemake in a scratch folder."""
+"""Helpers to run the real workflow with Snakemake in a scratch folder.
+
+Runs that execute jobs go through the ``snakemake`` command in a subprocess, as a user
+runs them. Dry runs and configuration errors are checked in this process through
+Snakemake's API: the same DAG and validation, without a new interpreter per check.
+"""
 
 from __future__ import annotations
 
+import io
+import logging
 import re
 import subprocess
 import sys
@@ -11,7 +18,8 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
+SNAKEFILE = REPO / "Snakefile"
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
 
 
 def write_config(workdir: Path, config: dict[str, Any]) -> Path:
@@ -49,9 +57,33 @@ def run_ok(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
-def scheduled_jobs(workdir: Path) -> dict[str, int]:
+def dry_run(workdir: Path, configfile: Path | None = None) -> str:
+    """What a dry run of the workflow in ``workdir`` prints (Snakemake's API, in this
+    process); a configuration error raises as Snakemake's WorkflowError."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    snakemake_log = logging.getLogger("snakemake")
+    snakemake_log.addHandler(handler)
+    try:
+        with SnakemakeApi(OutputSettings()) as api:
+            workflow = api.workflow(
+                resource_settings=ResourceSettings(cores=2, resources={"gpu": 1}),
+                config_settings=ConfigSettings(configfiles=[configfile or workdir / "config.yaml"]),
+                snakefile=SNAKEFILE,
+                workdir=workdir,
+            )
+            workflow.dag().execute_workflow(executor="dryrun")
+    finally:
+        snakemake_log.removeHandler(handler)
+    return printed.getvalue()
+
+
+def scheduled_jobs(workdir: Path, configfile: Path | None = None) -> dict[str, int]:
     """Rule name → number of jobs a dry run would execute ({} when nothing is to be done)."""
-    output = run_ok(workdir, "--dry-run").stdout
+    output = dry_run(workdir, configfile)
     if "Job stats:" not in output:
         assert "Nothing to be done" in output, output
         return {}

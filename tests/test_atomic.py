@@ -1,5 +1,7 @@
 """Atomic outputs: an interrupted write leaves nothing that looks finished."""
 
+import json
+
 import pytest
 
 from layerlaws.atomic import atomic_path, write_json
@@ -21,5 +23,10 @@ def test_folder_is_replaced_whole(tmp_path):
         temporary.mkdir()
         (temporary / "new.npy").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.npy"]
-    write_json(tmp_path / "meta.json", {"a": 1})
-    assert (tmp_path / "meta.json").read_text().strip().endswith("}")
+
+
+def test_json_round_trips_and_leaves_no_temporary(tmp_path):
+    data = {"tied_embeddings": True, "n_tokens": 2000, "nested": {"x": [1.5, None]}}
+    write_json(tmp_path / "meta.json", data)
+    assert json.loads((tmp_path / "meta.json").read_text()) == data
+    assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]

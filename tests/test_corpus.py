@@ -20,9 +20,9 @@ def text_files(tmp_path, texts):
 
 def test_sampling_is_seeded_and_reproducible(text_files):
     source = {"kind": "files", "paths": [str(text_files / "a.txt")]}
-    first = sample_sentences(source, 10, seed=3)
-    assert first.equals(sample_sentences(source, 10, seed=3))
-    assert not first.equals(sample_sentences(source, 10, seed=4))
+    first = sample_sentences(source, 10, sample_seed=3)
+    assert first.equals(sample_sentences(source, 10, sample_seed=3))
+    assert not first.equals(sample_sentences(source, 10, sample_seed=4))
     assert dict(first.schema) == SENTENCE_SCHEMA
     assert first["sentence_id"].to_list() == list(range(10))
     assert all(text.strip() == text and text for text in first["text"])
@@ -35,12 +35,12 @@ def test_every_file_format(text_files, texts):
         "text_field": "text",
         "paths": [str(text_files / name) for name in ("c.csv", "d.parquet")],
     }
-    sample = sample_sentences(source, 100, seed=0)
+    sample = sample_sentences(source, 100, sample_seed=0)
     assert sorted(sample["text"]) == sorted(t.strip() for t in texts[40:60])
     jsonl = {"kind": "files", "paths": [str(text_files / "b.jsonl")], "text_field": "body"}
-    assert len(sample_sentences(jsonl, 5, seed=0)) == 5
+    assert len(sample_sentences(jsonl, 5, sample_seed=0)) == 5
     with pytest.raises(LayerlawsError, match="no column 'text'"):
-        sample_sentences({**jsonl, "text_field": "text"}, 5, seed=0)
+        sample_sentences({**jsonl, "text_field": "text"}, 5, sample_seed=0)
 
 
 def test_empty_corpus_and_missing_file(tmp_path):
@@ -53,7 +53,7 @@ def test_empty_corpus_and_missing_file(tmp_path):
 
 def test_packaged_wikipedia_topics():
     source = {"kind": "packaged", "corpus": "wikipedia_summaries", "topics": ["Mathematics"]}
-    sample = sample_sentences(source, 20, seed=0)
+    sample = sample_sentences(source, 20, sample_seed=0)
     assert len(sample) == 20
     assert sample["source"].str.starts_with("wikipedia:").all()
     with pytest.raises(LayerlawsError, match="available topics"):
@@ -66,11 +66,13 @@ def test_hub_loader_on_a_local_dataset_folder(tmp_path, texts):
     folder.mkdir()
     pl.DataFrame({"content": texts[:40]}).write_parquet(folder / "train.parquet")
     source = {"kind": "hub", "name": str(folder), "split": "train", "text_field": "content"}
-    sample = sample_sentences(source, 12, seed=1)
+    sample = sample_sentences(source, 12, sample_seed=1)
     assert len(sample) == 12
-    assert sample.equals(sample_sentences(source, 12, seed=1))
+    assert sample.equals(sample_sentences(source, 12, sample_seed=1))
     assert set(sample["text"]) <= {t.strip() for t in texts[:40]}
-    streamed = sample_sentences({**source, "streaming": True, "shuffle_buffer": 8}, 12, seed=1)
+    streamed = sample_sentences(
+        {**source, "streaming": True, "shuffle_buffer": 8}, 12, sample_seed=1
+    )
     assert len(streamed) == 12 and set(streamed["text"]) <= {t.strip() for t in texts[:40]}
     with pytest.raises(LayerlawsError, match="could not load dataset"):
         sample_sentences({**source, "name": str(tmp_path / "missing")}, 5, 0)

@@ -7,12 +7,10 @@ import pytest
 import torch
 
 from layerlaws.architectures import norm_module
-from layerlaws.block_coupling import prompt_token_ids
 from layerlaws.blocks import trace_blocks
 from layerlaws.coupling import miscoupling, miscoupling_matrix
-from layerlaws.errors import LayerlawsError
 from layerlaws.jacobians import jacobian_rows, top_singular
-from layerlaws.models import load_model, load_tokenizer
+from layerlaws.models import load_model
 from layerlaws.trajectories import (
     expodistance,
     line_shape_score,
@@ -117,13 +115,3 @@ def test_line_shape_and_expodistance():
     uneven = units * np.array([1, 2, 2.5, 10, 11, 30, 31, 100])[:, None]
     assert expodistance(uneven) > 0.1
     assert pca_projection(rng.normal(size=(3, 8, 16))).shape == (3, 8, 2)
-
-
-def test_prompt_length_is_checked(llama_folder):
-    tokenizer = load_tokenizer(llama_folder)
-    long_text = "the function of a set is the number " * 10
-    assert len(prompt_token_ids([long_text], tokenizer, 8, True, 128)[0]) == 8
-    with pytest.raises(LayerlawsError, match="set truncate: true"):
-        prompt_token_ids([long_text], tokenizer, 8, False, 128)
-    with pytest.raises(LayerlawsError, match="exceeds the model's context"):
-        prompt_token_ids([long_text], tokenizer, 512, True, 128)

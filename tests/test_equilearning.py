@@ -59,9 +59,13 @@ def reference_pr(hidden, layer, offset, norm, shuffled):
 
 def test_pr_table_matches_lstsq_everywhere(hidden):
     table = prediction_residual_table(
-        hidden, OFFSETS, ["model", "standardize", "none"], ["none", "shuffled_vocab"], chunk_rows=97
+        hidden,
+        OFFSETS,
+        ["model", "standardize", "none"],
+        ["none", "shuffled_vocab"],
+        regression_chunk_rows=97,
     )
-    assert table.columns == ["layer", "target", "norm", "control", "pr", "n_rows"]
+    assert table.columns == ["layer", "offset", "norm", "control", "pr", "n_rows"]
     assert len(table) == (hidden.num_layers + 1) * 4 * 3 * 2
     for layer in (0, 2, hidden.num_layers):
         for offset in OFFSETS:
@@ -72,7 +76,7 @@ def test_pr_table_matches_lstsq_everywhere(hidden):
                     )
                     row = table.filter(
                         (pl.col("layer") == layer)
-                        & (pl.col("target") == offset)
+                        & (pl.col("offset") == offset)
                         & (pl.col("norm") == norm)
                         & (pl.col("control") == control)
                     )

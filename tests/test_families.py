@@ -57,10 +57,9 @@ def tokenizer(texts):
 
 @pytest.fixture(scope="module")
 def tokens(tokenizer, texts):
-    """Four texts of different lengths (9 to 12 tokens with BOS), so batches are padded."""
-    sentences = pl.DataFrame(
-        {"sentence_id": [0, 1, 2, 3], "text": [t[:60] for t in texts[:4]], "source": "t"}
-    )
+    """Four texts of different lengths (at most 12 tokens with BOS), so batches are padded."""
+    cut = [text[:length] for text, length in zip(texts, (25, 40, 55, 70), strict=False)]
+    sentences = pl.DataFrame({"sentence_id": [0, 1, 2, 3], "text": cut, "source": "t"})
     table = tokenize_sentences(sentences, tokenizer, max_tokens=12)
     assert table.group_by("sentence_id").len()["len"].n_unique() > 1
     return table

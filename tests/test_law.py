@@ -39,7 +39,7 @@ def test_law_table_ignores_layer_zero_and_groups_keys():
             rows.append(
                 {
                     "layer": layer,
-                    "target": 1,
+                    "offset": 1,
                     "norm": norm,
                     "control": "none",
                     "pr": 0.5 if layer == 0 else 0.9**layer,
@@ -48,7 +48,7 @@ def test_law_table_ignores_layer_zero_and_groups_keys():
             )
     table = law_table(pl.DataFrame(rows))
     assert table.columns == [
-        "target",
+        "offset",
         "norm",
         "control",
         "rho",

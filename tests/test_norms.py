@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from layerlaws.norms import NORM_MODES, normalize
+from layerlaws.norms import NORMS, normalize
 
 
 @pytest.fixture
@@ -34,6 +34,6 @@ def test_standardize_and_none(states):
     np.testing.assert_allclose(z.mean(axis=1), 0, atol=1e-12)
     np.testing.assert_allclose(z.std(axis=1), 1, rtol=1e-12)
     assert normalize(states, "none", "rmsnorm", 1e-6) is states
-    assert set(NORM_MODES) == {"model", "standardize", "none"}
+    assert set(NORMS) == {"model", "standardize", "none"}
     with pytest.raises(ValueError, match="allowed"):
         normalize(states, "batch", "rmsnorm", 1e-6)

@@ -21,19 +21,19 @@ def test_smollm2_shows_the_law(tmp_path):
         "datasets": {
             "wiki": {
                 "source": {"kind": "packaged", "corpus": "wikipedia_summaries"},
-                "n_samples": 100,
-                "seed": 0,
+                "n_samples": 60,
+                "sample_seed": 0,
                 "max_tokens": 64,
             }
         },
         "runs": [{"model": "smollm2", "dataset": "wiki"}],
-        "equilearning": {"targets": [0, 1], "norms": ["model"], "controls": ["none"]},
+        "equilearning": {"offsets": [0, 1], "norms": ["model"], "controls": ["none"]},
         "execution": {"batch_size": 16, "lock_dir": str(tmp_path / "locks")},
     }
     write_config(tmp_path, config)
     run_ok(tmp_path, "results/equilearning/smollm2/wiki/law.csv")
     law = pl.read_csv(tmp_path / "results/equilearning/smollm2/wiki/law.csv")
-    pearson = dict(zip(law["target"], law["pearson"], strict=True))
+    pearson = dict(zip(law["offset"], law["pearson"], strict=True))
     print(law)
     assert pearson[1] < -0.9, "next-token PR should fall geometrically with depth"
     assert pearson[0] > 0.9, "current-token PR should rise with depth"

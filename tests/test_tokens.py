@@ -5,7 +5,7 @@ import pytest
 
 from layerlaws.errors import LayerlawsError
 from layerlaws.models import load_tokenizer
-from layerlaws.tokens import TOKEN_SCHEMA, tokenize_corpus, tokenize_sentences
+from layerlaws.tokens import TOKEN_SCHEMA, tokenize_corpus, tokenize_prompts, tokenize_sentences
 
 
 def sentences(texts):
@@ -22,12 +22,10 @@ def test_schema_truncation_and_special_tokens(family, llama_folder, gpt2_folder,
     lengths = table.group_by("sentence_id").len()["len"]
     assert lengths.max() == 16
     specials = table.filter(pl.col("is_special"))
-    if family == "llama":  # adds BOS at position 0, pads on the left
-        assert tokenizer.padding_side == "left"
+    if family == "llama":  # the tokenizer adds BOS: flagged special, at position 0
         assert specials["position"].to_list() == [0] * 10
         assert set(specials["token_id"]) == {tokenizer.bos_token_id}
-    else:  # adds nothing, pads on the right
-        assert tokenizer.padding_side == "right"
+    else:  # it adds nothing
         assert specials.is_empty()
     assert tokenizer.pad_token_id not in table.filter(~pl.col("is_special"))["token_id"]
     for _, part in table.group_by("sentence_id"):
@@ -67,3 +65,41 @@ def test_corpus_shards_have_running_ids_a_budget_and_no_empty_corpus(llama_folde
     assert 50 <= budget["n_text_tokens"] < counts["n_text_tokens"]
     with pytest.raises(LayerlawsError, match="signature corpus is empty"):
         tokenize_corpus([], tokenizer, tmp_path / "empty", shard_texts=10)
+
+
+LONG_TEXT = "the function of a set is the number of its elements " * 4
+
+
+def test_too_long_texts_and_prompts_follow_one_policy(llama_folder, texts):
+    """truncate keeps BOS and cuts the end; drop leaves the text out; error names it."""
+    tokenizer = load_tokenizer(llama_folder)
+    table = sentences([LONG_TEXT, texts[0][:20]])
+    truncated = tokenize_sentences(table, tokenizer, max_tokens=8, too_long="truncate")
+    assert truncated.group_by("sentence_id").len().sort("sentence_id")["len"][0] == 8
+    assert truncated.filter(pl.col("is_special"))["position"].to_list() == [0, 0]
+    assert tokenize_prompts([LONG_TEXT], tokenizer, 8, "truncate") == [
+        truncated.filter(pl.col("sentence_id") == 0)["token_id"].to_list()
+    ]
+    short = len(tokenizer(texts[0][:20])["input_ids"])
+    dropped = tokenize_sentences(table, tokenizer, max_tokens=short, too_long="drop")
+    assert dropped["sentence_id"].unique().to_list() == [1]
+    assert tokenize_prompts([LONG_TEXT, texts[0][:20]], tokenizer, short, "drop") == [
+        dropped["token_id"].to_list()
+    ]
+    for tokenize in (
+        lambda: tokenize_sentences(table, tokenizer, max_tokens=8, too_long="error"),
+        lambda: tokenize_prompts([LONG_TEXT], tokenizer, 8, "error"),
+    ):
+        with pytest.raises(LayerlawsError, match="more than max_tokens=8 tokens"):
+            tokenize()
+
+
+def test_the_limit_is_capped_at_the_model_context(llama_folder, caplog):
+    tokenizer = load_tokenizer(llama_folder)
+    long_text = LONG_TEXT * 4
+    table = tokenize_sentences(sentences([long_text]), tokenizer, 512, max_positions=20)
+    assert len(table) == 20
+    assert "exceeds the model's context of 20 tokens" in caplog.text
+    assert len(tokenize_prompts([long_text], tokenizer, 512, "truncate", 20)[0]) == 20
+    with pytest.raises(LayerlawsError, match="fewer than 2 tokens"):
+        tokenize_prompts([""], tokenizer, 8)

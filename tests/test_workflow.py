@@ -1,4 +1,7 @@
-"""End-to-end Snakemake runs on tiny random models: outputs, incremental reruns, bad input."""
+"""End-to-end Snakemake runs on tiny random models: outputs, what reruns when, bad input.
+
+The "what reruns when" tests are the README's table of that name, one test per row.
+"""
 
 from __future__ import annotations
 
@@ -8,73 +11,27 @@ import shutil
 
 import polars as pl
 import pytest
-from snakemake_runs import REPO, run_ok, scheduled_jobs, snakemake, write_config
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake_runs import REPO, dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
+EQUILEARNING_FIGURES = {"plot_equilearning", "plot_summary"}
+EVERY_FIGURE = EQUILEARNING_FIGURES | {"plot_signatures", "plot_coupling"}
 AFTER_TOKENS = {
     "tokenize",
     "extract_hidden",
     "regress",
     "fit_law",
-    "plot_equilearning",
     "summarize_equilearning",
-    "plot_summary",
+    *EQUILEARNING_FIGURES,
     "all",
 }
 
 
-@pytest.fixture(scope="module")
-def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
-    return {
-        "models": {
-            "tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}},
-            "tiny-gpt2": {"source": {"kind": "local", "path": str(gpt2_folder)}},
-        },
-        "datasets": {
-            "mini": {
-                "source": {"kind": "files", "paths": [str(corpus_file)]},
-                "n_samples": 40,
-                "max_tokens": 24,
-            },
-        },
-        "runs": [
-            {"model": "tiny-llama", "dataset": "mini"},
-            {"model": "tiny-gpt2", "dataset": "mini"},
-        ],
-        "signatures": {
-            "pools": {"pooled": ["mini"]},
-            "runs": [
-                {"model": "tiny-llama", "dataset": "mini"},
-                {"model": "tiny-gpt2", "dataset": "pooled"},
-            ],
-            "top_tokens": 60,
-            "shard_texts": 30,
-        },
-        "coupling": {
-            "prompts": {"few": {"dataset": "mini", "n_from_dataset": 1, "max_tokens": 8}},
-            "runs": [
-                {"model": "tiny-llama", "prompts": "few"},
-                {"model": "tiny-gpt2", "prompts": "few"},
-            ],
-            "k": [2, 4],
-            "token_layers": [1, 4],
-            "lss_window": 2,
-        },
-        "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
-    }
-
-
-@pytest.fixture(scope="module")
-def finished(base_config, tmp_path_factory):
-    """A workdir in which the whole tiny workflow has run once."""
-    workdir = tmp_path_factory.mktemp("workflow")
-    write_config(workdir, base_config)
-    run_ok(workdir)
-    return workdir
-
-
-def fresh_copy(finished, tmp_path, config):
+def changed_copy(finished, tmp_path, config):
+    """A copy of the finished workdir with ``config`` in place of its own."""
     workdir = tmp_path / "copy"
     shutil.copytree(finished, workdir, symlinks=True)
     write_config(workdir, config)
@@ -91,12 +48,12 @@ def test_outputs_and_their_columns(finished):
     for model in ("tiny-llama", "tiny-gpt2"):
         folder = results / "equilearning" / model / "mini"
         pr = pl.read_csv(folder / "pr.csv")
-        assert pr.columns == ["layer", "target", "norm", "control", "pr", "n_rows"]
+        assert pr.columns == ["layer", "offset", "norm", "control", "pr", "n_rows"]
         assert len(pr) == 5 * 4 * 3 * 2
         assert pr["pr"].is_between(0, 1).all()
         law = pl.read_csv(folder / "law.csv")
         assert law.columns == [
-            "target",
+            "offset",
             "norm",
             "control",
             "rho",
@@ -109,33 +66,13 @@ def test_outputs_and_their_columns(finished):
         assert (folder / "norms.svg").stat().st_size > 1000
         hidden = results / "hidden" / model / "mini"
         assert len(list(hidden.glob("layer_*.npy"))) == 5
+        facts = json.loads((results / "models" / model / "layerlaws_model.json").read_text())
+        assert facts["post_ln"] is False and facts["num_layers"] == 4
     summary = pl.read_csv(results / "equilearning/summary.csv")
     assert summary.columns[:2] == ["model", "dataset"] and len(summary) == 2 * 24
     assert (results / "equilearning/summary.svg").is_file()
     log = (results / "logs/extract_hidden/tiny-llama/mini.log").read_text()
     assert "running on cpu" in log
-
-
-def test_nothing_is_rerun_after_a_full_run(finished):
-    assert scheduled_jobs(finished) == {}
-
-
-def test_report_is_generated(finished):
-    run_ok(finished, "--report", "report.html")
-    html = (finished / "report.html").read_text(errors="replace")
-    assert "Equi-learning" in html and "law.svg" in html
-
-
-def test_plot_option_reruns_only_plots(finished, base_config, tmp_path):
-    config = copy.deepcopy(base_config) | {"plots": {"dpi": 80, "heatmap_tokens": 10}}
-    jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
-    assert set(jobs) == {
-        "plot_equilearning",
-        "plot_summary",
-        "plot_signatures",
-        "plot_coupling",
-        "all",
-    }
 
 
 def test_signature_outputs(finished):
@@ -168,59 +105,120 @@ def test_signature_outputs(finished):
         member = pl.read_parquet(results / f"tiny-gpt2/mini/{kind}.parquet")
         pooled = pl.read_parquet(results / f"tiny-gpt2/pooled/{kind}.parquet")
         assert pooled.sort(pl.all()).equals(member.sort(pl.all()))
-    shards = pl.read_parquet(results / "tiny-llama/mini/shards/*.parquet")
-    assert shards["sentence_id"].n_unique() == 80
+    shards = sorted((results / "tiny-llama/mini/shards").glob("*.parquet"))
+    assert len(shards) == 3  # 80 texts, execution.shard_texts = 30
+    table = pl.read_parquet(shards)
+    assert table["sentence_id"].n_unique() == 80
     unigrams = pl.read_parquet(results / "tiny-llama/mini/unigrams.parquet")
-    assert unigrams["count"].sum() == shards.filter(~pl.col("is_special")).height
+    assert unigrams["count"].sum() == table.filter(~pl.col("is_special")).height
 
 
 def test_coupling_and_trajectory_outputs(finished):
-    for model in ("tiny-llama", "tiny-gpt2"):
-        coupling = finished / "results/coupling" / model / "few"
-        depth = pl.read_csv(coupling / "depth.csv", schema_overrides={"prompt": pl.String})
-        assert depth.columns == ["weights", "prompt", "layer_a", "layer_b", "k", "miscoupling"]
-        assert set(depth["weights"]) == {"trained", "random"}
-        assert set(depth["prompt"]) == {"0", "1", "mean"}
-        assert len(depth) == 2 * 3 * 4 * 4 * 2
-        assert depth["miscoupling"].is_between(0, 1).all()
-        tokens = pl.read_csv(coupling / "tokens.csv", schema_overrides={"prompt": pl.String})
-        assert tokens.columns == [
-            "weights",
-            "prompt",
-            "layer",
-            "kind",
-            "token_a",
-            "token_b",
-            "k",
-            "miscoupling",
-        ]
-        assert set(tokens["kind"]) == {"self", "fixed_output", "fixed_input"}
-        assert set(tokens["layer"]) == {1, 4}
-        for name in ("depth", "tokens", "adjacency"):
-            assert (coupling / f"{name}.svg").stat().st_size > 1000
-        trajectories = finished / "results/trajectories" / model / "few"
-        shape = pl.read_csv(trajectories / "tokens.csv", schema_overrides={"prompt": pl.String})
-        assert shape.columns == ["weights", "prompt", "token", "lss", "expodistance", "text"]
-        assert (shape["lss"] >= 1 - 1e-9).all()
-        windows = pl.read_csv(trajectories / "windows.csv")
-        assert windows["start_layer"].max() == 2
-        for name in ("shape", "pca"):
-            assert (trajectories / f"{name}.svg").stat().st_size > 1000
+    coupling = finished / "results/coupling/tiny-llama/few"
+    depth = pl.read_csv(coupling / "depth.csv", schema_overrides={"prompt": pl.String})
+    assert depth.columns == ["weights", "prompt", "layer_a", "layer_b", "k", "miscoupling"]
+    assert set(depth["weights"]) == {"trained", "random"}
+    assert set(depth["prompt"]) == {"0", "1", "mean"}
+    assert len(depth) == 2 * 3 * 4 * 4 * 2
+    assert depth["miscoupling"].is_between(0, 1).all()
+    tokens = pl.read_csv(coupling / "tokens.csv", schema_overrides={"prompt": pl.String})
+    assert tokens.columns == [
+        "weights",
+        "prompt",
+        "layer",
+        "kind",
+        "token_a",
+        "token_b",
+        "k",
+        "miscoupling",
+    ]
+    assert set(tokens["kind"]) == {"self", "fixed_output", "fixed_input"}
+    assert set(tokens["layer"]) == {1, 4}
+    for name in ("depth", "tokens", "adjacency"):
+        assert (coupling / f"{name}.svg").stat().st_size > 1000
+    trajectories = finished / "results/trajectories/tiny-llama/few"
+    shape = pl.read_csv(trajectories / "tokens.csv", schema_overrides={"prompt": pl.String})
+    assert shape.columns == ["weights", "prompt", "token", "lss", "expodistance", "text"]
+    assert (shape["lss"] >= 1 - 1e-9).all()
+    windows = pl.read_csv(trajectories / "windows.csv")
+    assert windows["start_layer"].max() == 2
+    for name in ("shape", "pca"):
+        assert (trajectories / f"{name}.svg").stat().st_size > 1000
+
+
+def test_report_is_generated(finished):
+    run_ok(finished, "--report", "report.html")
+    html = (finished / "report.html").read_text(errors="replace")
+    assert "Equi-learning" in html and "law.svg" in html
+
+
+# What reruns when: one test per row of the README's table.
+
+
+def test_nothing_reruns_after_a_full_run(finished):
+    assert scheduled_jobs(finished) == {}
+
+
+def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
+    schema = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
+    changed = {
+        "device": "cpu",
+        "batch_size": 3,
+        "lock_dir": str(tmp_path / "other-locks"),
+        "regression_chunk_rows": 97,
+        "vjp_chunk": 5,
+        "shard_texts": 7,
+        "duckdb_memory_mb": 300,
+    }
+    # Every execution setting is changed at once: any of them would show as a job.
+    assert set(changed) == set(schema["properties"]["execution"]["properties"])
+    config = copy.deepcopy(base_config) | {"execution": changed}
+    assert scheduled_jobs(changed_copy(finished, tmp_path, config)) == {}
+
+
+def test_a_stage_plot_option_reruns_only_that_stage_figures(finished, base_config, tmp_path):
+    config = copy.deepcopy(base_config) | {"plots": {"signatures": {"heatmap_tokens": 10}}}
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
+    assert jobs == {"plot_signatures": 2, "all": 1}
+
+
+def test_a_figure_option_reruns_every_figure_and_nothing_else(finished, base_config, tmp_path):
+    config = copy.deepcopy(base_config) | {"plots": {"dpi": 80}}
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
+    assert set(jobs) == EVERY_FIGURE | {"all"}
 
 
 def test_changing_c_does_not_recount(finished, base_config, tmp_path):
     config = copy.deepcopy(base_config)
     config["signatures"]["top_tokens"] = 30
-    jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
     assert set(jobs) == {"compare_signatures", "plot_signatures", "all"}
 
 
 def test_max_tokens_reruns_tokenisation_and_after_but_not_sampling(finished, base_config, tmp_path):
     config = copy.deepcopy(base_config)
     config["datasets"]["mini"]["max_tokens"] = 20
-    jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
+    # The prompt set draws its texts from the sample, which does not change.
     assert set(jobs) == AFTER_TOKENS
     assert jobs["tokenize"] == 2
+
+
+def test_a_model_precision_reruns_only_that_model_forward_passes(finished, base_config, tmp_path):
+    config = copy.deepcopy(base_config)
+    config["models"]["tiny-llama"]["dtype"] = "bfloat16"
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
+    assert jobs == {
+        "extract_hidden": 1,
+        "regress": 1,
+        "fit_law": 1,
+        "plot_equilearning": 1,
+        "summarize_equilearning": 1,
+        "plot_summary": 1,
+        "measure_coupling": 1,
+        "plot_coupling": 1,
+        "all": 1,
+    }
 
 
 def test_new_dataset_runs_only_its_own_chain(finished, base_config, corpus_file, tmp_path):
@@ -228,11 +226,11 @@ def test_new_dataset_runs_only_its_own_chain(finished, base_config, corpus_file,
     config["datasets"]["other"] = {
         "source": {"kind": "files", "paths": [str(corpus_file)]},
         "n_samples": 30,
-        "seed": 1,
+        "sample_seed": 1,
         "max_tokens": 24,
     }
     config["runs"].append({"model": "tiny-llama", "dataset": "other"})
-    jobs = scheduled_jobs(fresh_copy(finished, tmp_path, config))
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
     assert jobs == {
         "sample_sentences": 1,
         "tokenize": 1,
@@ -246,51 +244,73 @@ def test_new_dataset_runs_only_its_own_chain(finished, base_config, corpus_file,
     }
 
 
+# Bad input.
+
+
+def config_error(workdir, config) -> str:
+    write_config(workdir, config)
+    with pytest.raises(WorkflowError) as error:
+        dry_run(workdir)
+    return str(error.value)
+
+
 def test_invalid_config_value_names_the_key(base_config, tmp_path):
-    write_config(tmp_path, base_config | {"equilearning": {"norms": ["batch"]}})
-    result = snakemake(tmp_path, "--dry-run")
-    assert result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "'batch' is not one of ['model', 'standardize', 'none']" in output
-    assert "['equilearning']['norms']" in output
+    message = config_error(tmp_path, base_config | {"equilearning": {"norms": ["batch"]}})
+    assert "'batch' is not one of ['model', 'standardize', 'none']" in message
+    assert "['equilearning']['norms']" in message
 
 
 def test_unknown_model_key_in_runs(base_config, tmp_path):
-    write_config(tmp_path, base_config | {"runs": [{"model": "gpt5", "dataset": "mini"}]})
-    result = snakemake(tmp_path, "--dry-run")
-    assert result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "runs[0].model is 'gpt5', which is not a key of models" in output
-    assert "tiny-gpt2" in output
+    message = config_error(tmp_path, base_config | {"runs": [{"model": "gpt5", "dataset": "mini"}]})
+    assert "runs[0].model is 'gpt5', which is not a key of models" in message
+    assert "tiny-gpt2" in message
 
 
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ("empty", "is empty: it holds no non-blank text"),
-        ("short", "fewer than min_tokens=500 text tokens"),
-        ("cuda", "execution.device is 'cuda' but no CUDA device is visible"),
-    ],
-)
-def test_bad_input_stops_with_a_clear_message(change, message, base_config, tmp_path):
+def test_renamed_keys_name_their_new_place(base_config, tmp_path):
     config = copy.deepcopy(base_config)
-    config["runs"] = [{"model": "tiny-llama", "dataset": "mini"}]
-    # Only the probing chain: other stages would fail on the same input in their own words.
+    config["datasets"]["mini"]["seed"] = 3
+    config["equilearning"] = {"targets": [1]}
+    config["execution"]["dtype"] = "bfloat16"
+    message = config_error(tmp_path, config)
+    assert "config key datasets.mini.seed was renamed: use datasets.mini.sample_seed" in message
+    assert "config key equilearning.targets was renamed: use equilearning.offsets" in message
+    assert "config key execution.dtype was renamed: use models.<key>.dtype" in message
+
+
+def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(base_config, tmp_path):
+    """One run, three problems, each in its own job: an empty corpus (sampling), texts all
+    too short (tokenisation), a GPU asked for where there is none (extraction)."""
+    (tmp_path / "empty.txt").write_text("\n \n")
+    config = copy.deepcopy(base_config)
+    mini = config["datasets"]["mini"]
+    config["datasets"] = {
+        "empty": {**mini, "source": {"kind": "files", "paths": [str(tmp_path / "empty.txt")]}},
+        "short": {**mini, "min_tokens": 500},
+        "mini": mini,
+    }
+    config["runs"] = [{"model": "tiny-llama", "dataset": name} for name in config["datasets"]]
     config["signatures"]["runs"] = config["coupling"]["runs"] = []
-    if change == "empty":
-        (tmp_path / "empty.txt").write_text("\n \n")
-        config["datasets"]["mini"]["source"]["paths"] = [str(tmp_path / "empty.txt")]
-    elif change == "short":
-        config["datasets"]["mini"]["min_tokens"] = 500
-    else:
-        config["execution"]["device"] = "cuda"
+    config["signatures"]["pools"] = {}
+    config["execution"]["device"] = "cuda"
     write_config(tmp_path, config)
-    result = snakemake(tmp_path)
+    result = snakemake(tmp_path, "--keep-going")
     assert result.returncode != 0
-    assert message in result.stdout + result.stderr
+    logs = tmp_path / "results/logs"
+    messages = {
+        "sample_sentences/empty.log": "is empty: it holds no non-blank text",
+        "tokenize/tiny-llama/short.log": "fewer than min_tokens=500 text tokens",
+        "extract_hidden/tiny-llama/mini.log": "execution.device is 'cuda' but no CUDA device",
+    }
+    for log, message in messages.items():
+        assert message in (logs / log).read_text()
+        assert message in result.stdout + result.stderr
+    results = tmp_path / "results"
+    assert not (results / "corpus/empty").exists()
+    assert not (results / "tokens/tiny-llama/short.parquet").exists()
+    assert not (results / "hidden/tiny-llama/mini").exists()
+    assert not list(results.rglob(".*.tmp-*"))
 
 
 def test_paper_config_dry_runs(tmp_path):
-    result = snakemake(tmp_path, "--dry-run", configfile=REPO / "configs" / "paper.yaml")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "extract_hidden" in result.stdout
+    output = dry_run(tmp_path, configfile=REPO / "configs" / "paper.yaml")
+    assert "extract_hidden" in output

@@ -1,23 +1,42 @@
 #!/usr/bin/env bash
-# A real single-node SLURM cluster on localhost, for the tests (needs root and apt).
-#   cluster.sh start STATE_DIR   install (once), configure and start munged, slurmctld,
-#                                slurmd; wait until the node is idle
-#   cluster.sh stop STATE_DIR    stop the daemons started by `start` (by PID)
-# Exit status 3: SLURM cannot be installed; 4: this machine already has another SLURM.
+# A real single-node SLURM cluster on localhost for the tests, that leaves the machine as
+# it found it (needs root and apt).
+#   cluster.sh start STATE_DIR   install the packages that are missing, write
+#                                /etc/slurm/slurm.conf and gres.conf, start munged (unless
+#                                it runs), slurmctld and slurmd; wait until the node is idle
+#   cluster.sh stop STATE_DIR    stop what start started, remove the files it created and
+#                                purge the packages it installed (both recorded in STATE_DIR)
+# The configuration must be in /etc/slurm: the jobs' nested srun drops SLURM_CONF. State,
+# spool and logs are in STATE_DIR. A configuration of another SLURM is never replaced.
+# Exit status 3: SLURM cannot be installed; 4: this machine has a SLURM of its own.
 # Partitions: debug (default) and gpu, one node with two fake GPUs (GRES on /dev/null and
 # /dev/zero), no accounting (the profile polls with squeue).
 set -euo pipefail
 action=$1
 state=$(realpath -m "$2")
 mkdir -p "$state"
+PACKAGES=(munge slurmctld slurmd slurm-client)
+
+installed() { dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "ii" {print $2}' | sort; }
 
 stop() {
     for name in slurmd slurmctld munged; do
         if [ -f "$state/$name.pid" ]; then
-            kill "$(cat "$state/$name.pid")" 2>/dev/null || true
+            pid=$(cat "$state/$name.pid")
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
             rm -f "$state/$name.pid"
         fi
     done
+    if [ -f "$state/created-paths" ]; then
+        xargs -r rm -rf < "$state/created-paths"
+        rm -f "$state/created-paths"
+    fi
+    if [ -s "$state/installed-packages" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $(cat "$state/installed-packages") \
+            >/dev/null 2>&1 || true
+        rm -f "$state/installed-packages"
+    fi
 }
 
 if [ "$action" = stop ]; then
@@ -25,31 +44,51 @@ if [ "$action" = stop ]; then
     exit 0
 fi
 
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || exit 3
-    apt-get install -y -qq --no-install-recommends munge slurmctld slurmd slurm-client \
-        >/dev/null || exit 3
+if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
+    echo "SLURM daemons already run on this machine; not starting another cluster" >&2
+    exit 4
 fi
-stop
-# Never touch a real cluster's configuration (status 4: the tests skip, saying why); the
-# daemons of an earlier test cluster are stopped before starting anew.
 if [ -f /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=layerlaws-test$' /etc/slurm/slurm.conf; then
     echo "/etc/slurm/slurm.conf belongs to another SLURM; not replacing it" >&2
     exit 4
 fi
-pkill -x slurmd 2>/dev/null || true
-pkill -x slurmctld 2>/dev/null || true
-pkill -x munged 2>/dev/null || true
-sleep 1
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
+    || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
+    installed > "$state/packages-before"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || exit 3
+    apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null || exit 3
+    installed | comm -13 "$state/packages-before" - > "$state/installed-packages"
+fi
+
+if ! pgrep -x munged >/dev/null; then
+    if [ ! -d /run/munge ]; then
+        mkdir -p /run/munge && echo /run/munge >> "$state/created-paths"
+    fi
+    chown munge:munge /run/munge
+    if [ ! -f /etc/munge/munge.key ]; then
+        mungekey --create 2>/dev/null || dd if=/dev/urandom bs=1 count=1024 \
+            of=/etc/munge/munge.key 2>/dev/null
+        echo /etc/munge/munge.key >> "$state/created-paths"
+        chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+    fi
+    su -s /bin/sh munge -c /usr/sbin/munged
+    cp /run/munge/munged.pid "$state/munged.pid" 2>/dev/null \
+        || pgrep -n -x munged > "$state/munged.pid"
+fi
 
 host=$(hostname -s)
 cpus=$(nproc)
 memory=$(( $(free -m | awk '/^Mem:/ {print $2}') * 90 / 100 ))
-mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
+mkdir -p "$state/ctld" "$state/d"
+[ -e /etc/slurm ] || echo /etc/slurm >> "$state/created-paths"
+printf '%s\n' /etc/slurm/slurm.conf /etc/slurm/gres.conf >> "$state/created-paths"
+mkdir -p /etc/slurm
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=layerlaws-test
 SlurmctldHost=$host
+SlurmctldPort=16817
+SlurmdPort=16818
 SlurmUser=root
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
@@ -61,8 +100,8 @@ MailProg=/bin/true
 DefMemPerCPU=1000
 MinJobAge=300
 SchedulerType=sched/backfill
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+StateSaveLocation=$state/ctld
+SlurmdSpoolDir=$state/d
 SlurmctldPidFile=$state/slurmctld.slurmpid
 SlurmdPidFile=$state/slurmd.slurmpid
 SlurmctldLogFile=$state/slurmctld.log
@@ -78,12 +117,6 @@ cat > /etc/slurm/gres.conf <<CONF
 NodeName=$host Name=gpu File=/dev/null
 NodeName=$host Name=gpu File=/dev/zero
 CONF
-chown munge:munge /run/munge
-[ -f /etc/munge/munge.key ] || (command -v mungekey >/dev/null && mungekey --create) \
-    || dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null
-chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
-su -s /bin/sh munge -c /usr/sbin/munged
-cp /run/munge/munged.pid "$state/munged.pid" 2>/dev/null || pgrep -n -x munged > "$state/munged.pid"
 slurmctld -D > "$state/slurmctld.out" 2>&1 &
 echo $! > "$state/slurmctld.pid"
 slurmd -D > "$state/slurmd.out" 2>&1 &

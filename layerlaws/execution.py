@@ -1,0 +1,38 @@
+"""Execution settings: how a job runs, never what it computes (the config's ``execution``).
+
+They are the only settings a job reads outside its params, so changing one never reruns a
+job: rules and scripts alike read them through ``Execution.from_config``. Any setting
+that changes a number belongs elsewhere (a stage's block, or the model's ``dtype``).
+The schema ``schemas/config.schema.yaml`` fills in the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The ``execution`` block of a validated config."""
+
+    device: str
+    """``auto`` (a free GPU if one is visible, else the CPU), ``cpu`` or ``cuda``."""
+    batch_size: int | str
+    """Sequences per extraction batch, or ``auto`` (from the GPU's free memory)."""
+    lock_dir: str
+    """Folder of the GPU claim locks, local to the machine."""
+    regression_chunk_rows: int
+    """Rows per streamed chunk of the regression (host memory)."""
+    vjp_chunk: int
+    """Vector–Jacobian products per batched backward pass (device memory)."""
+    shard_texts: int
+    """Texts per tokenised corpus shard (memory of the tokenisation job)."""
+    duckdb_memory_mb: int
+    """Memory of the counting jobs, MiB (their ``mem_mb`` and DuckDB's memory_limit)."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Execution:
+        """The execution settings of a config validated against the schema."""
+        return cls(**config["execution"])
