@@ -26,9 +26,16 @@ def first_output(output: Any) -> torch.Tensor:
     return output[0] if isinstance(output, tuple | list) else output
 
 
-def _stream_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
-    """The residual stream a block is called with: its first positional argument."""
-    return args[0] if args else kwargs["hidden_states"]
+def _split_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[torch.Tensor, tuple[Any, ...], dict[str, Any]]:
+    """A block's call as (the residual stream it receives, its other positional arguments,
+    its other keyword arguments): the stream is the first positional argument, or the
+    keyword ``hidden_states``."""
+    if args:
+        return args[0], args[1:], kwargs
+    rest = dict(kwargs)
+    return rest.pop("hidden_states"), (), rest
 
 
 @contextmanager
@@ -39,7 +46,7 @@ def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Ite
     blocks = blocks_of(model)
 
     def before_block(layer: int) -> Callable[..., None]:
-        return lambda _block, args, kwargs: record(layer, _stream_argument(args, kwargs))
+        return lambda _block, args, kwargs: record(layer, _split_call(args, kwargs)[0])
 
     hooks = [
         block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
@@ -80,9 +87,8 @@ def trace_blocks(model: Any, input_ids: torch.Tensor) -> tuple[list[BlockCall], 
     streams: list[torch.Tensor] = []
 
     def before(block: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        stream = _stream_argument(args, kwargs)
-        rest = {key: value for key, value in kwargs.items() if value is not stream}
-        calls[id(block)] = BlockCall(block, args[1:], rest)
+        stream, other_args, other_kwargs = _split_call(args, kwargs)
+        calls[id(block)] = BlockCall(block, other_args, other_kwargs)
         streams.append(stream[0].detach().clone())
 
     def after(_block: torch.nn.Module, _args: tuple, output: Any) -> None:
