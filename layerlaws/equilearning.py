@@ -1,26 +1,32 @@
-"""Per-layer prediction residuals for every target offset, norm and control.
+"""Per-layer prediction residuals for every target offset, norm and control, from
+statistics streamed while the model runs.
 
 For target offset k the regression rows are (h[l][s,t], x[s,t+k]) over the text tokens t
 of each sequence s for which t+k is also a text token of s (special tokens and padding are
 never inputs nor targets). The target is the token id as a real number, or under the
 ``shuffled_vocab`` control its image under a fixed random permutation of the vocabulary.
 
-Everything is computed from the cached hidden states, layer by layer and chunk by chunk:
-one shared co-moment of [features, all targets] per chunk, from which the few rows that
-lack a given target are removed again (``Moments.__sub__``), so adding targets costs
-almost nothing.
+``EquilearningStatistics`` observes a forward pass (``layerlaws.forward_pass``): for every
+layer and norm it merges, batch by batch and on the device the layer runs on, the float64
+co-moment of [normalised features, all targets]; the few rows that lack a target (the
+ends of sequences) are also kept as their own co-moment per offset and removed at the end
+(``Moments.__sub__``), so adding targets costs almost nothing. Nothing of size tokens ×
+layers × hidden is kept: memory is (1 + offsets lacking rows) co-moments of width
+hidden_size + offsets × controls per layer and norm, whatever the number of tokens.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
+import torch
 
 from layerlaws.errors import LayerlawsError
-from layerlaws.hidden import HiddenStates
+from layerlaws.forward_pass import Batch, text_rows
+from layerlaws.models import ModelFacts
 from layerlaws.norms import normalize
 from layerlaws.regression import DEFAULT_CUTOFF, Moments, prediction_residuals
 
@@ -38,115 +44,135 @@ PR_SCHEMA = {
 }
 
 
+def target_ids(rows: pl.DataFrame, offsets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For each row and offset k, the id of the token k positions on in the same sequence.
+
+    ``rows`` has columns sentence_id, position, token_id (the observed rows, in order; a
+    sequence's rows are all present). Returns ``ids`` (n_rows, len(offsets)) int64, 0
+    where there is no such text token, and ``defined`` (n_rows, len(offsets)) bool.
+    """
+    lookup = rows.select("sentence_id", "position", pl.col("token_id").alias("target_id"))
+    ids, defined = [], []
+    for offset in offsets:
+        shifted = rows.select("sentence_id", (pl.col("position") + offset).alias("position"))
+        target = shifted.join(
+            lookup, on=["sentence_id", "position"], how="left", maintain_order="left"
+        )["target_id"]
+        defined.append(target.is_not_null().to_numpy())
+        ids.append(target.fill_null(0).to_numpy().astype(np.int64))
+    return np.column_stack(ids), np.column_stack(defined)
+
+
 def target_matrix(
     rows: pl.DataFrame,
     offsets: Sequence[int],
     controls: Sequence[str],
-    vocab_size: int,
-    shuffle_seed: int,
+    permutation: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Targets of each regression row.
-
-    ``rows`` has columns sentence_id, position, token_id (the hidden-state rows, in order).
-    Returns ``values`` (n_rows, len(offsets) · len(controls)) float64, column
-    ``i · len(controls) + j`` for offset i and control j, 0 where undefined, and
-    ``defined`` (n_rows, len(offsets)) bool.
-    """
-    permutation = np.random.default_rng(shuffle_seed).permutation(vocab_size)
-    lookup = rows.select("sentence_id", "position", pl.col("token_id").alias("target_id"))
-    values, defined = [], []
-    for offset in offsets:
-        shifted = rows.select("sentence_id", (pl.col("position") + offset).alias("position"))
-        joined = shifted.join(
-            lookup, on=["sentence_id", "position"], how="left", maintain_order="left"
+    """Targets of each regression row: ``values`` (n_rows, len(offsets) · len(controls))
+    float64, column ``i · len(controls) + j`` for offset i and control j (the token id,
+    under ``shuffled_vocab`` its image by ``permutation``), 0 where undefined, and
+    ``defined`` (n_rows, len(offsets)) bool."""
+    ids, defined = target_ids(rows, offsets)
+    values = [
+        np.where(
+            defined[:, i], permutation[ids[:, i]] if control == "shuffled_vocab" else ids[:, i], 0
         )
-        target = joined["target_id"]
-        has_target = target.is_not_null().to_numpy()
-        ids = target.fill_null(0).to_numpy().astype(np.int64)
-        defined.append(has_target)
-        for control in controls:
-            mapped = permutation[ids] if control == "shuffled_vocab" else ids
-            values.append(np.where(has_target, mapped, 0).astype(np.float64))
-    return np.column_stack(values), np.column_stack(defined)
+        for i in range(len(offsets))
+        for control in controls
+    ]
+    return np.column_stack(values).astype(np.float64), defined
 
 
-def _layer_moments(
-    features: np.ndarray,
-    targets: np.ndarray,
-    defined: np.ndarray,
-    transform: Callable[[np.ndarray], np.ndarray],
-    chunk_rows: int,
-) -> tuple[Moments, list[Moments]]:
-    """Moments of [transform(features), targets] over all rows, and over the rows lacking
-    each offset's target (few: a sequence's first or last |offset| tokens)."""
-    hidden_size = features.shape[1]
-    width = hidden_size + targets.shape[1]
-    total = Moments.empty(width)
-    lacking_rows: list[list[np.ndarray]] = [[] for _ in range(defined.shape[1])]
-    joined = np.empty((min(chunk_rows, len(features)), width))
-    for start in range(0, len(features), chunk_rows):
-        stop = min(start + chunk_rows, len(features))
-        rows = joined[: stop - start]
-        rows[:, :hidden_size] = transform(np.asarray(features[start:stop], dtype=np.float64))
-        rows[:, hidden_size:] = targets[start:stop]
-        total = total + Moments.of_rows(rows)
-        for index, kept in enumerate(lacking_rows):
-            # Few rows lack a target (the ends of sequences): keep them, not their moments.
-            kept.append(rows[~defined[start:stop, index]].copy())
-    lacking = [Moments.of_rows(np.concatenate(kept)) for kept in lacking_rows]
-    return total, lacking
+def vocabulary_permutation(vocab_size: int, shuffle_seed: int) -> np.ndarray:
+    """The fixed random permutation of token ids of the ``shuffled_vocab`` control."""
+    return np.random.default_rng(shuffle_seed).permutation(vocab_size)
 
 
-def prediction_residual_table(
-    hidden: HiddenStates,
-    offsets: Sequence[int],
-    norms: Sequence[str],
-    controls: Sequence[str],
-    shuffle_seed: int = 0,
-    cutoff: float = DEFAULT_CUTOFF,
-    regression_chunk_rows: int = 4096,
-) -> pl.DataFrame:
-    """PR for every layer 0..L × offset × norm × control (columns of ``PR_SCHEMA``),
-    streaming ``regression_chunk_rows`` rows at a time (memory only).
-
-    Norms apply to layers l < L; layer L is used as the model outputs it, so its PR is
-    the same under every norm (computed once).
-    """
-    meta = hidden.metadata
-    hidden_size, n_layers = hidden.hidden_size, hidden.num_layers
-    targets, defined = target_matrix(
-        hidden.rows, offsets, controls, meta["vocab_size"], shuffle_seed
-    )
-    counts = defined.sum(axis=0)
-    for offset, count in zip(offsets, counts, strict=True):
+def check_enough_rows(tokens: pl.DataFrame, offsets: Sequence[int], hidden_size: int) -> None:
+    """A LayerlawsError, before any model runs, when an offset has no more regression rows
+    than features (the fit would be exact and PR meaningless)."""
+    _, defined = target_ids(text_rows(tokens), offsets)
+    for offset, count in zip(offsets, defined.sum(axis=0), strict=True):
         if count <= hidden_size + 1:
             raise LayerlawsError(
                 f"only {count} regression rows for target offset {offset:+d}, but the hidden "
                 f"size is {hidden_size}: the fit would be exact and PR meaningless. Sample "
                 f"more or longer texts (n_samples, max_tokens)"
             )
-    records = []
-    for layer in range(n_layers + 1):
-        features = hidden.layer(layer)
-        # Layer L is the model's output: one pass serves every norm.
-        for norm in norms if layer < n_layers else [OUTPUT]:
 
-            def transform(x: np.ndarray, norm: str = norm) -> np.ndarray:
-                if norm == OUTPUT:
-                    return x
-                return normalize(x, norm, meta["norm_type"], meta["norm_eps"])
 
-            total, lacking = _layer_moments(
-                features, targets, defined, transform, regression_chunk_rows
-            )
-            for index, offset in enumerate(offsets):
-                columns = [hidden_size + index * len(controls) + j for j in range(len(controls))]
-                subset = (total - lacking[index]).select([*range(hidden_size), *columns])
-                pr, _rank = prediction_residuals(subset, hidden_size, cutoff)
-                for control, value in zip(controls, pr, strict=True):
-                    for applied in norms if norm == OUTPUT else [norm]:
-                        records.append(
-                            (layer, offset, applied, control, float(value), int(counts[index]))
-                        )
-        log.info("layer %d/%d done", layer, n_layers)
-    return pl.DataFrame(records, schema=PR_SCHEMA, orient="row")
+class EquilearningStatistics:
+    """The co-moments of every layer × norm, streamed from a forward pass (an Observer).
+
+    Norms apply to layers l < L; layer L is used as the model outputs it, so its
+    statistics are gathered once and its PR reported under every norm.
+    """
+
+    def __init__(
+        self,
+        facts: ModelFacts,
+        offsets: Sequence[int],
+        norms: Sequence[str],
+        controls: Sequence[str],
+        shuffle_seed: int,
+    ) -> None:
+        self.facts, self.offsets = facts, list(offsets)
+        self.norms, self.controls = list(norms), list(controls)
+        self.permutation = vocabulary_permutation(facts.vocab_size, shuffle_seed)
+        self.total: dict[tuple[int, str], Moments] = {}
+        """(layer, norm) → moments of [features, targets] over all rows."""
+        self.lacking: dict[tuple[int, str, int], Moments] = {}
+        """(layer, norm, offset index) → moments over the rows lacking that target."""
+        self._targets = torch.empty(0)
+        self._defined = torch.empty(0, dtype=torch.bool)
+
+    def begin_batch(self, batch: Batch) -> None:
+        values, defined = target_matrix(batch.rows, self.offsets, self.controls, self.permutation)
+        self._targets, self._defined = torch.from_numpy(values), torch.from_numpy(defined)
+
+    def norms_of(self, layer: int) -> list[str]:
+        return self.norms if layer < self.facts.num_layers else [OUTPUT]
+
+    def observe(self, layer: int, states: torch.Tensor) -> None:
+        """Merge one batch's rows of ``layer`` (n, hidden_size); all of this batch's
+        moments are computed before any is merged, so an out-of-memory error leaves the
+        totals untouched (merging allocates no p × p matrix)."""
+        device = states.device
+        targets, defined = self._targets.to(device), self._defined.to(device)
+        features = states.to(torch.float64)
+        lacking_offsets = [i for i in range(len(self.offsets)) if not defined[:, i].all()]
+        batch: dict[tuple, Moments] = {}
+        for norm in self.norms_of(layer):
+            transformed = features if norm == OUTPUT else self._normalize(features, norm)
+            rows = torch.cat([transformed, targets], dim=1)
+            batch[layer, norm] = Moments.of_rows(rows)
+            for index in lacking_offsets:
+                batch[layer, norm, index] = Moments.of_rows(rows[~defined[:, index]])
+        for key, moments in batch.items():
+            store = self.total if len(key) == 2 else self.lacking
+            if key in store:
+                store[key].merge_(moments)
+            else:
+                store[key] = moments
+
+    def _normalize(self, features: torch.Tensor, norm: str) -> torch.Tensor:
+        return normalize(features, norm, self.facts.norm_type, self.facts.norm_eps)
+
+    def table(self, cutoff: float = DEFAULT_CUTOFF) -> pl.DataFrame:
+        """PR for every layer 0..L × offset × norm × control (columns of ``PR_SCHEMA``)."""
+        hidden_size, width = self.facts.hidden_size, len(self.controls)
+        records = []
+        for layer in range(self.facts.num_layers + 1):
+            for norm in self.norms_of(layer):
+                total = self.total[layer, norm]
+                for index, offset in enumerate(self.offsets):
+                    lacking = self.lacking.get((layer, norm, index))
+                    rows = total if lacking is None else total - lacking
+                    columns = [hidden_size + index * width + j for j in range(width)]
+                    subset = rows.select([*range(hidden_size), *columns])
+                    pr, _rank = prediction_residuals(subset, hidden_size, cutoff)
+                    for control, value in zip(self.controls, pr, strict=True):
+                        for applied in self.norms if norm == OUTPUT else [norm]:
+                            records.append((layer, offset, applied, control, float(value), rows.n))
+        return pl.DataFrame(records, schema=PR_SCHEMA, orient="row")

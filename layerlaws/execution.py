@@ -23,8 +23,8 @@ class Execution:
     """Sequences per extraction batch, or ``auto`` (from the GPU's free memory)."""
     lock_dir: str
     """Folder of the GPU claim locks, local to the machine."""
-    regression_chunk_rows: int
-    """Rows per streamed chunk of the regression (host memory)."""
+    hidden_state_shard_rows: int
+    """Rows per file of kept hidden states (``hidden_states.keep``)."""
     vjp_chunk: int
     """Vector–Jacobian products per batched backward pass (device memory)."""
     shard_texts: int

@@ -1,40 +1,40 @@
 """Normalisation of intermediate hidden states before regression (SCIENCE.md §2).
 
-All functions take and return float64 arrays of shape (n_rows, hidden_dim) and act on
-each row (one token's hidden state) on its own.
+All functions take and return float64 tensors of shape (n_rows, hidden_dim), on any
+device, and act on each row (one token's hidden state) on its own.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import torch
 
 NORMS = ("model", "standardize", "none")
 
 
-def _mean_square(x: np.ndarray) -> np.ndarray:
+def _mean_square(x: torch.Tensor) -> torch.Tensor:
     """Mean of the squares of each row, shape (n_rows, 1)."""
-    return (np.einsum("ij,ij->i", x, x) / x.shape[1])[:, None]
+    return (x * x).mean(dim=1, keepdim=True)
 
 
-def layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
+def layer_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """A default-initialised LayerNorm (weight 1, bias 0): (x − mean) / sqrt(var + eps)."""
-    centred = x - x.mean(axis=1, keepdims=True)
-    return centred / np.sqrt(_mean_square(centred) + eps)
+    centred = x - x.mean(dim=1, keepdim=True)
+    return centred / torch.sqrt(_mean_square(centred) + eps)
 
 
-def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
+def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """A default-initialised RMSNorm (weight 1): x / sqrt(mean(x²) + eps)."""
-    return x / np.sqrt(_mean_square(x) + eps)
+    return x / torch.sqrt(_mean_square(x) + eps)
 
 
-def standardize(x: np.ndarray) -> np.ndarray:
+def standardize(x: torch.Tensor) -> torch.Tensor:
     """z = (x − mean) / std across the hidden dimension (a row with std 0 becomes 0)."""
-    centred = x - x.mean(axis=1, keepdims=True)
-    std = np.sqrt(_mean_square(centred))
-    return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
+    centred = x - x.mean(dim=1, keepdim=True)
+    std = torch.sqrt(_mean_square(centred))
+    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0)
 
 
-def normalize(x: np.ndarray, norm: str, norm_type: str, eps: float) -> np.ndarray:
+def normalize(x: torch.Tensor, norm: str, norm_type: str, eps: float) -> torch.Tensor:
     """Apply the normalisation ``norm`` (one of NORMS).
 
     ``model`` uses a default-initialised norm of the model's own ``norm_type``

@@ -7,11 +7,12 @@ target y on features x with an intercept is
 
 with C = Σ (x − x̄)(x − x̄)ᵀ the centred co-moment of the features, c = Σ (x − x̄)(y − ȳ)
 and v = Σ (y − ȳ)². All three are blocks of one co-moment matrix of the joined rows
-z = [x, y], which ``Moments`` accumulates chunk by chunk, so memory does not grow with the
-number of rows. C⁺ is the pseudo-inverse through an eigendecomposition in which
-eigenvalues below ``cutoff × largest eigenvalue`` are dropped (hidden states are badly
-conditioned: their norms reach thousands); with the default cutoff 1e-12 this agrees with
-``numpy.linalg.lstsq`` wherever the features have full rank. When C is certainly better
+z = [x, y], which ``Moments`` accumulates chunk by chunk (on the device where the rows
+are), so memory does not grow with the number of rows. C⁺ is the pseudo-inverse through
+an eigendecomposition in which eigenvalues below ``cutoff × largest eigenvalue`` are
+dropped (hidden states are badly conditioned: their norms reach thousands); with the
+default cutoff 1e-12 this agrees with ``numpy.linalg.lstsq`` wherever the features have
+full rank. When C is certainly better
 conditioned than the cutoff (LAPACK's condition estimate), nothing would be dropped and
 the same number comes from a Cholesky solve, several times cheaper.
 """
@@ -21,33 +22,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy.linalg import lapack
 
 DEFAULT_CUTOFF = 1e-12
 
 
-@dataclass(frozen=True)
+@dataclass
 class Moments:
-    """Count, mean and centred co-moment of row vectors z of width p, in float64."""
+    """Count, mean and centred co-moment of row vectors z of width p, float64 tensors on
+    the device of the rows (statistics stay where the model runs; the solve is on the
+    CPU)."""
 
     n: int
     """Number of rows."""
-    mean: np.ndarray
-    """Mean row, shape (p,)."""
-    comoment: np.ndarray
-    """Unnormalised centred co-moment Σ (z − mean)(z − mean)ᵀ, shape (p, p)."""
+    mean: torch.Tensor
+    """Mean row, shape (p,) float64."""
+    comoment: torch.Tensor
+    """Unnormalised centred co-moment Σ (z − mean)(z − mean)ᵀ, shape (p, p) float64."""
 
     @classmethod
-    def empty(cls, width: int) -> Moments:
-        return cls(0, np.zeros(width), np.zeros((width, width)))
+    def empty(cls, width: int, device: torch.device | str = "cpu") -> Moments:
+        return cls(
+            0,
+            torch.zeros(width, dtype=torch.float64, device=device),
+            torch.zeros(width, width, dtype=torch.float64, device=device),
+        )
 
     @classmethod
-    def of_rows(cls, rows: np.ndarray) -> Moments:
-        """Moments of ``rows``, shape (n, p), computed in float64."""
-        z = np.asarray(rows, dtype=np.float64)
+    def of_rows(cls, rows: torch.Tensor | np.ndarray) -> Moments:
+        """Moments of ``rows``, shape (n, p), computed in float64 on their device."""
+        z = torch.as_tensor(rows).to(torch.float64)
         if len(z) == 0:
-            return cls.empty(z.shape[1])
-        mean = z.mean(axis=0)
+            return cls.empty(z.shape[1], z.device)
+        mean = z.mean(dim=0)
         centred = z - mean
         return cls(len(z), mean, centred.T @ centred)
 
@@ -62,8 +70,25 @@ class Moments:
             return other
         n = self.n + other.n
         delta = other.mean - self.mean
-        comoment = self.comoment + other.comoment + np.outer(delta, delta) * (self.n * other.n / n)
+        comoment = (
+            self.comoment + other.comoment + torch.outer(delta, delta) * (self.n * other.n / n)
+        )
         return Moments(n, self.mean + delta * (other.n / n), comoment)
+
+    def merge_(self, other: Moments) -> None:
+        """``self = self + other`` in place (no second p × p matrix is allocated)."""
+        if other.n == 0:
+            return
+        if self.n == 0:
+            self.n, self.mean, self.comoment = other.n, other.mean.clone(), other.comoment.clone()
+            return
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        self.comoment.add_(other.comoment).add_(
+            torch.outer(delta, delta), alpha=self.n * other.n / n
+        )
+        self.mean.add_(delta, alpha=other.n / n)
+        self.n = n
 
     def __sub__(self, part: Moments) -> Moments:
         """Moments of the rows left after removing ``part`` (rows that were added): the
@@ -73,15 +98,21 @@ class Moments:
         rest = self.n - part.n
         if rest <= 0:
             raise ValueError(f"cannot remove {part.n} rows from {self.n}")
+        part = part.to(self.mean.device)
         rest_mean = (self.n * self.mean - part.n * part.mean) / rest
         delta = part.mean - rest_mean
-        comoment = self.comoment - part.comoment - np.outer(delta, delta) * (rest * part.n / self.n)
+        comoment = (
+            self.comoment - part.comoment - torch.outer(delta, delta) * (rest * part.n / self.n)
+        )
         return Moments(rest, rest_mean, comoment)
 
-    def select(self, columns: np.ndarray | list[int]) -> Moments:
+    def select(self, columns: list[int]) -> Moments:
         """Moments of the chosen columns only."""
-        index = np.asarray(columns)
-        return Moments(self.n, self.mean[index], self.comoment[np.ix_(index, index)])
+        index = torch.as_tensor(columns, device=self.mean.device)
+        return Moments(self.n, self.mean[index], self.comoment[index][:, index])
+
+    def to(self, device: torch.device | str) -> Moments:
+        return Moments(self.n, self.mean.to(device), self.comoment.to(device))
 
 
 CONDITION_MARGIN = 1e3
@@ -120,9 +151,10 @@ def prediction_residuals(
     zero variance gives NaN.
     """
     d = n_features
-    features = moments.comoment[:d, :d]
-    cross = moments.comoment[:d, d:]
-    target_variance = np.diag(moments.comoment)[d:]
+    comoment = moments.comoment.cpu().numpy()
+    features = comoment[:d, :d]
+    cross = comoment[:d, d:]
+    target_variance = np.diag(comoment)[d:]
     explained = _explained_by_cholesky(features, cross, cutoff)
     if explained is None:
         eigenvalues, eigenvectors = np.linalg.eigh(features)

@@ -1,4 +1,5 @@
-"""Configuration keys that were renamed or moved: an old key is named with its new place.
+"""Configuration keys that were renamed, moved or removed: an old key is named with its
+new place, or why it is gone.
 
 Without this table an old config would fail schema validation with "Additional
 properties are not allowed", which does not say what to write instead.
@@ -12,7 +13,6 @@ from typing import Any
 RENAMED_KEYS: dict[str, str] = {
     "datasets.*.seed": "datasets.*.sample_seed",
     "equilearning.targets": "equilearning.offsets",
-    "equilearning.chunk_rows": "execution.regression_chunk_rows",
     "signatures.shard_texts": "execution.shard_texts",
     "signatures.duckdb_memory_mb": "execution.duckdb_memory_mb",
     "coupling.k": "coupling.ks",
@@ -24,6 +24,12 @@ RENAMED_KEYS: dict[str, str] = {
 }
 """Old key path → where it lives now; ``*`` stands for any key of a mapping (a model, a
 dataset, a prompt set)."""
+
+REMOVED_KEYS: dict[str, str] = {
+    "equilearning.chunk_rows": "the statistics are streamed from the forward pass; there "
+    "is no separate regression to chunk",
+}
+"""Old key path → why it is gone."""
 
 
 def _matches(config: Any, parts: list[str], prefix: list[str]) -> list[list[str]]:
@@ -38,8 +44,13 @@ def _matches(config: Any, parts: list[str], prefix: list[str]) -> list[list[str]
 
 
 def renamed_key_errors(config: Mapping[str, Any]) -> list[str]:
-    """One message per old key found in ``config``, naming where it lives now."""
-    messages = []
+    """One message per old key found in ``config``, naming where it lives now (or why it
+    is gone)."""
+    messages = [
+        f"config key {'.'.join(path)} was removed: {reason}; delete it"
+        for old, reason in REMOVED_KEYS.items()
+        for path in _matches(config, old.split("."), [])
+    ]
     for old, new in RENAMED_KEYS.items():
         pattern = old.split(".")
         for path in _matches(config, pattern, []):

@@ -120,6 +120,8 @@ def final_outputs():
             f"{folder}/law.{PLOT_FORMAT}",
             f"{folder}/norms.{PLOT_FORMAT}",
         ]
+        if config["hidden_states"]["keep"]:
+            outputs.append(f"results/hidden/{model}/{dataset}")
     return outputs + signature_outputs() + coupling_outputs()
 
 

@@ -1,4 +1,4 @@
-# Stage 7: Jacobian coupling of transformer blocks and hidden trajectories, for the
+# Stage 6: Jacobian coupling of transformer blocks and hidden trajectories, for the
 # trained model and its randomly initialised twin.
 
 

@@ -1,22 +1,28 @@
-# Stage 5: per-layer regression, the law fit, figures and the cross-run summary.
+# Stage 4: the model pass that streams the equi-learning statistics (GPU when present),
+# the law fit, figures and the cross-run summary.
 
 
-rule regress:
+rule equilearning_pass:
     input:
-        hidden="results/hidden/{model}/{dataset}",
+        tokens="results/tokens/{model}/{dataset}.parquet",
+        model="results/models/{model}",
     output:
-        "results/equilearning/{model}/{dataset}/pr.csv",
+        pr="results/equilearning/{model}/{dataset}/pr.csv",
+        report="results/equilearning/{model}/{dataset}/pass.json",
     log:
-        "results/logs/regress/{model}/{dataset}.log",
+        "results/logs/equilearning_pass/{model}/{dataset}.log",
     threads: 4
+    resources:
+        gpu=1,
     params:
         offsets=config["equilearning"]["offsets"],
         norms=config["equilearning"]["norms"],
         controls=config["equilearning"]["controls"],
         shuffle_seed=config["equilearning"]["shuffle_seed"],
         cutoff=config["equilearning"]["cutoff"],
+        dtype=model_dtype,
     script:
-        "../scripts/regress.py"
+        "../scripts/equilearning_pass.py"
 
 
 rule fit_law:

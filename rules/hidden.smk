@@ -1,4 +1,5 @@
-# Stage 4: hidden states of every layer for every text token (GPU when present).
+# Every layer's hidden states, kept only when hidden_states.keep asks for them (the
+# statistics of the pipeline are streamed from the equi-learning pass instead).
 
 
 rule extract_hidden:
@@ -14,5 +15,6 @@ rule extract_hidden:
         gpu=1,
     params:
         dtype=model_dtype,
+        storage_dtype=config["hidden_states"]["dtype"],
     script:
         "../scripts/extract_hidden.py"

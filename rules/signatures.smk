@@ -1,4 +1,4 @@
-# Stage 6: probability signatures counted over whole corpora in DuckDB, compared with
+# Stage 5: probability signatures counted over whole corpora in DuckDB, compared with
 # the geometry of each model's embedding matrices.
 
 

@@ -140,6 +140,7 @@ def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "token_layers": [1, 4],
             "lss_window": 2,
         },
+        "hidden_states": {"keep": True},
         "execution": {
             "batch_size": 8,
             "shard_texts": 30,

@@ -1,95 +1,99 @@
-"""The PR table against an independent lstsq computation on the same cached states."""
+"""The PR table streamed from the forward pass against float64 numpy.linalg.lstsq on the
+same rows, built by hand from the states kept by the same pass."""
 
 import numpy as np
 import polars as pl
 import pytest
+from lstsq_reference import reference_pr
 
-from layerlaws.equilearning import prediction_residual_table, target_matrix
+from layerlaws.equilearning import (
+    EquilearningStatistics,
+    check_enough_rows,
+    target_ids,
+    target_matrix,
+)
 from layerlaws.errors import LayerlawsError
-from layerlaws.hidden import HiddenStates, extract_hidden_states
+from layerlaws.forward_pass import run_forward_pass, text_rows
+from layerlaws.hidden import HiddenStates
+from layerlaws.hidden_writer import HiddenStateWriter
 from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.norms import normalize
 from layerlaws.tokens import tokenize_sentences
 
 OFFSETS = [-1, 0, 1, 2]
+NORMS = ["model", "standardize", "none"]
+CONTROLS = ["none", "shuffled_vocab"]
 
 
-@pytest.fixture(scope="module")
-def hidden(llama_folder, texts, tmp_path_factory):
-    root = tmp_path_factory.mktemp("equilearning")
-    facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, root / "m")
+def measured(folder, texts, root, batch_size, keep=True):
+    """(facts, tokens, statistics, kept states) of one pass over ``texts``."""
+    facts = prepare_model({"source": {"kind": "local", "path": str(folder)}}, root / "m")
     sentences = pl.DataFrame(
-        {"sentence_id": list(range(60)), "text": texts[:60], "source": ["t"] * 60}
+        {"sentence_id": list(range(len(texts))), "text": texts, "source": ["t"] * len(texts)}
     )
     tokens = tokenize_sentences(sentences, load_tokenizer(root / "m"), max_tokens=20)
-    extract_hidden_states(
-        load_model(root / "m", "float32", "cpu"),
-        facts,
-        tokens,
-        root / "h",
-        16,
-        "cpu",
-        progress=False,
-    )
-    return HiddenStates.open(root / "h")
+    statistics = EquilearningStatistics(facts, OFFSETS, NORMS, CONTROLS, shuffle_seed=0)
+    observers = [statistics]
+    if keep:
+        writer = HiddenStateWriter(root / "h", facts, text_rows(tokens), "float32", 333)
+        observers.append(writer)
+    model = load_model(root / "m", "float32", "cpu")
+    report = run_forward_pass(model, facts, tokens, observers, batch_size, "cpu", progress=False)
+    if keep:
+        writer.finish(report)
+        return facts, tokens, statistics, HiddenStates.open(root / "h")
+    return facts, tokens, statistics, None
 
 
-def reference_pr(hidden, layer, offset, norm, shuffled):
-    """Build the regression rows by hand (a Python loop over tokens) and solve with lstsq."""
-    meta = hidden.metadata
-    x = np.asarray(hidden.layer(layer), dtype=np.float64)
-    if layer < hidden.num_layers:
-        x = normalize(x, norm, meta["norm_type"], meta["norm_eps"])
-    permutation = np.random.default_rng(0).permutation(meta["vocab_size"])
-    where = {
-        (s, p): t
-        for s, p, t in hidden.rows.select("sentence_id", "position", "token_id").iter_rows()
-    }
-    inputs, targets = [], []
-    for row, (s, p) in enumerate(hidden.rows.select("sentence_id", "position").iter_rows()):
-        if (s, p + offset) in where:
-            token = where[(s, p + offset)]
-            inputs.append(x[row])
-            targets.append(permutation[token] if shuffled else token)
-    design = np.hstack([np.array(inputs), np.ones((len(inputs), 1))])
-    y = np.array(targets, dtype=np.float64)
-    residual = y - design @ np.linalg.lstsq(design, y, rcond=None)[0]
-    return (residual**2).sum() / ((y - y.mean()) ** 2).sum(), len(y)
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def pass_(request, llama_folder, gpt2_folder, texts, tmp_path_factory):
+    folder = llama_folder if request.param == "llama" else gpt2_folder
+    return measured(folder, texts[:60], tmp_path_factory.mktemp(request.param), batch_size=16)
 
 
-def test_pr_table_matches_lstsq_everywhere(hidden):
-    table = prediction_residual_table(
-        hidden,
-        OFFSETS,
-        ["model", "standardize", "none"],
-        ["none", "shuffled_vocab"],
-        regression_chunk_rows=97,
-    )
+def test_streamed_pr_matches_lstsq_for_every_layer_offset_norm_and_control(pass_):
+    _, _, statistics, hidden = pass_
+    table = statistics.table()
     assert table.columns == ["layer", "offset", "norm", "control", "pr", "n_rows"]
-    assert len(table) == (hidden.num_layers + 1) * 4 * 3 * 2
-    for layer in (0, 2, hidden.num_layers):
-        for offset in OFFSETS:
-            for norm in ("model", "none"):
-                for control in ("none", "shuffled_vocab"):
-                    expected, n_rows = reference_pr(
-                        hidden, layer, offset, norm, control == "shuffled_vocab"
-                    )
-                    row = table.filter(
-                        (pl.col("layer") == layer)
-                        & (pl.col("offset") == offset)
-                        & (pl.col("norm") == norm)
-                        & (pl.col("control") == control)
-                    )
-                    assert row["n_rows"][0] == n_rows
-                    assert row["pr"][0] == pytest.approx(expected, rel=1e-8)
+    assert len(table) == (hidden.num_layers + 1) * len(OFFSETS) * len(NORMS) * len(CONTROLS)
+    for row in table.iter_rows(named=True):
+        expected, n_rows = reference_pr(
+            hidden, row["layer"], row["offset"], row["norm"], row["control"] == "shuffled_vocab"
+        )
+        assert row["n_rows"] == n_rows
+        assert row["pr"] == pytest.approx(expected, abs=1e-9), row
 
 
-def test_last_layer_is_the_same_under_every_norm(hidden):
-    table = prediction_residual_table(hidden, [1], ["model", "none"], ["none"])
-    last = table.filter(pl.col("layer") == hidden.num_layers)
-    assert last["pr"][0] == last["pr"][1]
-    first = table.filter(pl.col("layer") == 1)
-    assert first["pr"][0] != first["pr"][1]
+def test_batch_size_changes_nothing(llama_folder, texts, tmp_path):
+    tables = [
+        measured(llama_folder, texts[:30], tmp_path / str(size), size, keep=False)[2].table()
+        for size in (1, 5, 30)
+    ]
+    for table in tables[1:]:
+        assert table.drop("pr").equals(tables[0].drop("pr"))
+        assert (table["pr"] - tables[0]["pr"]).abs().max() < 1e-10
+
+
+def test_memory_held_does_not_grow_with_the_tokens(llama_folder, texts, tmp_path):
+    """The statistics hold a fixed set of co-moments: their bytes are the same for 20 and
+    for 40 texts."""
+
+    def held_bytes(count):
+        statistics = measured(llama_folder, texts[:count], tmp_path / str(count), 8, False)[2]
+        moments = [*statistics.total.values(), *statistics.lacking.values()]
+        return sum(m.comoment.nbytes + m.mean.nbytes for m in moments), moments[0].n
+
+    (small, small_rows), (large, large_rows) = held_bytes(20), held_bytes(40)
+    assert large_rows > 1.5 * small_rows
+    assert large == small
+
+
+def test_last_layer_is_the_same_under_every_norm(pass_):
+    facts, _, statistics, _ = pass_
+    table = statistics.table()
+    last = table.filter((pl.col("layer") == facts.num_layers) & (pl.col("offset") == 1))
+    assert last.filter(pl.col("control") == "none")["pr"].n_unique() == 1
+    first = table.filter((pl.col("layer") == 1) & (pl.col("offset") == 1))
+    assert first.filter(pl.col("control") == "none")["pr"].n_unique() == len(NORMS)
 
 
 def test_targets_never_cross_sequences_or_use_special_tokens():
@@ -100,13 +104,18 @@ def test_targets_never_cross_sequences_or_use_special_tokens():
             "token_id": [10, 11, 12, 20, 21],
         }
     )
-    values, defined = target_matrix(rows, [-1, 1], ["none"], vocab_size=30, shuffle_seed=0)
+    ids, defined = target_ids(rows, [-1, 1])
     assert defined[:, 0].tolist() == [False, True, True, False, True]
     assert defined[:, 1].tolist() == [True, True, False, True, False]
-    assert values[:, 1].tolist() == [11, 12, 0, 21, 0]
+    assert ids[:, 1].tolist() == [11, 12, 0, 21, 0]
+    permutation = np.arange(30)[::-1]
+    values, _ = target_matrix(rows, [1], ["none", "shuffled_vocab"], permutation)
+    assert values[:, 0].tolist() == [11, 12, 0, 21, 0]
+    assert values[:, 1].tolist() == [18, 17, 0, 8, 0]
 
 
-def test_too_few_rows_is_a_clear_error(hidden, tmp_path):
-    few = HiddenStates(hidden.folder, hidden.metadata, hidden.rows.head(10))
+def test_too_few_rows_is_a_clear_error_before_the_model_runs(pass_):
+    facts, tokens, _, _ = pass_
+    few = tokens.filter(pl.col("sentence_id") == 0)
     with pytest.raises(LayerlawsError, match="Sample more or longer texts"):
-        prediction_residual_table(few, [1], ["model"], ["none"])
+        check_enough_rows(few, [1], facts.hidden_size)

@@ -20,7 +20,8 @@ from tiny_models import FAMILIES, WIDTH, save_tiny_model
 from layerlaws.architectures import ARCHITECTURES
 from layerlaws.blocks import trace_blocks
 from layerlaws.errors import LayerlawsError
-from layerlaws.hidden import HiddenStates, extract_hidden_states
+from layerlaws.hidden import HiddenStates
+from layerlaws.hidden_writer import extract_hidden_states
 from layerlaws.jacobians import jacobian_rows
 from layerlaws.models import load_model, prepare_model
 from layerlaws.tokens import tokenize_sentences

@@ -59,12 +59,17 @@ def cluster(tmp_path_factory):
 
 
 def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
-    """The finished tiny workflow, with one run's hidden states and PR table deleted, is
-    completed through SLURM: two jobs through sbatch, a PR table equal to the local one."""
+    """The finished tiny workflow, with one run's tokens and model pass deleted, is
+    completed through SLURM: two jobs through sbatch (tokenisation, then the pass on a
+    GPU node), a PR table equal to the local one."""
     workdir = tmp_path / "on-slurm"
     shutil.copytree(finished, workdir, symlinks=True)
-    shutil.rmtree(workdir / "results/hidden/tiny-llama/mini")
-    (workdir / RESULT / "pr.csv").unlink()
+    for name in (
+        "results/tokens/tiny-llama/mini.parquet",
+        f"{RESULT}/pr.csv",
+        f"{RESULT}/pass.json",
+    ):
+        (workdir / name).unlink()
     # A hung status poll must not eat CI's time: SIGINT (which Snakemake honours) after
     # 10 minutes, SIGKILL 15 s later.
     command = [
@@ -92,9 +97,8 @@ def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
         "runtime=10",
         # Replaces the profile's set-resources: the test node has ~20 GB and 2 CPUs.
         "--set-resources",
-        "extract_hidden:slurm_partition=gpu",
-        "extract_hidden:mem_mb=1000",
-        "regress:mem_mb=1000",
+        "equilearning_pass:slurm_partition=gpu",
+        "equilearning_pass:mem_mb=1000",
         "--slurm-init-seconds-before-status-checks",
         "1",
         "--seconds-between-status-checks",
@@ -115,7 +119,7 @@ def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
     assert any("Partition=gpu" in line for line in extract)
 
     # The GPU job saw the device SLURM gave it (CUDA_VISIBLE_DEVICES set by SLURM).
-    log = (workdir / "results/logs/extract_hidden/tiny-llama/mini.log").read_text()
+    log = (workdir / "results/logs/equilearning_pass/tiny-llama/mini.log").read_text()
     assert "CUDA_VISIBLE_DEVICES='0'" in log or "CUDA_VISIBLE_DEVICES='1'" in log, log
 
     # Same results as the local run.

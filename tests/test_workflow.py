@@ -12,27 +12,30 @@ import shutil
 import polars as pl
 import pytest
 import yaml
+from lstsq_reference import reference_pr
 from snakemake.exceptions import WorkflowError
 from snakemake_runs import REPO, dry_run, run_ok, scheduled_jobs, snakemake, write_config
+
+from layerlaws.hidden import HiddenStates
 
 pytestmark = pytest.mark.slow
 
 EQUILEARNING_FIGURES = {"plot_equilearning", "plot_summary"}
 EVERY_FIGURE = EQUILEARNING_FIGURES | {"plot_signatures", "plot_coupling"}
-ONE_EXTRACTION_ONWARDS = {
+ONE_PASS_ONWARDS = {
     "extract_hidden": 1,
-    "regress": 1,
+    "equilearning_pass": 1,
     "fit_law": 1,
     "plot_equilearning": 1,
     "summarize_equilearning": 1,
     "plot_summary": 1,
     "all": 1,
 }
-"""The jobs that follow one run's hidden states, summaries included."""
+"""The jobs from one run's model passes on (its states are kept), summaries included."""
 AFTER_TOKENS = {
     "tokenize",
     "extract_hidden",
-    "regress",
+    "equilearning_pass",
     "fit_law",
     "summarize_equilearning",
     *EQUILEARNING_FIGURES,
@@ -75,14 +78,31 @@ def test_outputs_and_their_columns(finished):
         assert (folder / "law.svg").stat().st_size > 1000
         assert (folder / "norms.svg").stat().st_size > 1000
         hidden = results / "hidden" / model / "mini"
-        assert len(list(hidden.glob("layer_*.npy"))) == 5
+        assert len(list(hidden.glob("layer_*/shard_*.npy"))) == 5
+        report = json.loads((folder / "pass.json").read_text())
+        assert report["n_rows"] == pr.filter(pl.col("offset") == 0)["n_rows"][0]
         facts = json.loads((results / "models" / model / "layerlaws_model.json").read_text())
         assert facts["post_ln"] is False and facts["num_layers"] == 4
     summary = pl.read_csv(results / "equilearning/summary.csv")
     assert summary.columns[:2] == ["model", "dataset"] and len(summary) == 2 * 24
     assert (results / "equilearning/summary.svg").is_file()
-    log = (results / "logs/extract_hidden/tiny-llama/mini.log").read_text()
+    log = (results / "logs/equilearning_pass/tiny-llama/mini.log").read_text()
     assert "running on cpu" in log
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2"])
+def test_streamed_pr_equals_lstsq_on_the_kept_states(finished, model):
+    """Every layer, offset, norm and control of a run through Snakemake, against float64
+    lstsq on the states the same pass kept (GPT-2's LayerNorm makes the normalised
+    features exactly rank-deficient: rcond matches the cut-off)."""
+    hidden = HiddenStates.open(finished / "results/hidden" / model / "mini")
+    pr = pl.read_csv(finished / "results/equilearning" / model / "mini/pr.csv")
+    for row in pr.iter_rows(named=True):
+        expected, n_rows = reference_pr(
+            hidden, row["layer"], row["offset"], row["norm"], row["control"] == "shuffled_vocab"
+        )
+        assert row["n_rows"] == n_rows
+        assert row["pr"] == pytest.approx(expected, abs=1e-9), row
 
 
 def test_signature_outputs(finished):
@@ -175,7 +195,7 @@ def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
         "device": "cpu",
         "batch_size": 3,
         "lock_dir": str(tmp_path / "other-locks"),
-        "regression_chunk_rows": 97,
+        "hidden_state_shard_rows": 97,
         "vjp_chunk": 5,
         "shard_texts": 7,
         "duckdb_memory_mb": 300,
@@ -218,7 +238,22 @@ def test_a_model_precision_reruns_only_that_model_forward_passes(finished, base_
     config = copy.deepcopy(base_config)
     config["models"]["tiny-llama"]["dtype"] = "bfloat16"
     jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
-    assert jobs == ONE_EXTRACTION_ONWARDS | {"measure_coupling": 1, "plot_coupling": 1}
+    assert jobs == ONE_PASS_ONWARDS | {"measure_coupling": 1, "plot_coupling": 1}
+
+
+def test_an_equilearning_option_reruns_the_model_pass_but_not_tokenisation(
+    finished, base_config, tmp_path
+):
+    config = copy.deepcopy(base_config)
+    config["equilearning"] = {"cutoff": 1e-10}
+    jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
+    assert set(jobs) == AFTER_TOKENS - {"tokenize", "extract_hidden"}
+    assert jobs["equilearning_pass"] == 2
+
+
+def test_not_keeping_hidden_states_reruns_nothing(finished, base_config, tmp_path):
+    config = copy.deepcopy(base_config) | {"hidden_states": {"keep": False}}
+    assert scheduled_jobs(changed_copy(finished, tmp_path, config)) == {}
 
 
 def test_new_dataset_runs_only_its_own_chain(finished, base_config, corpus_file, tmp_path):
@@ -231,7 +266,7 @@ def test_new_dataset_runs_only_its_own_chain(finished, base_config, corpus_file,
     }
     config["runs"].append({"model": "tiny-llama", "dataset": "other"})
     jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
-    assert jobs == ONE_EXTRACTION_ONWARDS | {"sample_sentences": 1, "tokenize": 1}
+    assert jobs == ONE_PASS_ONWARDS | {"sample_sentences": 1, "tokenize": 1}
 
 
 # Bad input.
@@ -289,7 +324,7 @@ def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(bas
     messages = {
         "sample_sentences/empty.log": "is empty: it holds no non-blank text",
         "tokenize/tiny-llama/short.log": "fewer than min_tokens=500 text tokens",
-        "extract_hidden/tiny-llama/mini.log": "execution.device is 'cuda' but no CUDA device",
+        "equilearning_pass/tiny-llama/mini.log": "execution.device is 'cuda' but no CUDA device",
     }
     for log, message in messages.items():
         assert message in (logs / log).read_text()
@@ -298,9 +333,10 @@ def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(bas
     assert not (results / "corpus/empty").exists()
     assert not (results / "tokens/tiny-llama/short.parquet").exists()
     assert not (results / "hidden/tiny-llama/mini").exists()
+    assert not (results / "equilearning/tiny-llama/mini/pr.csv").exists()
     assert not list(results.rglob(".*.tmp-*"))
 
 
 def test_paper_config_dry_runs(tmp_path):
     output = dry_run(tmp_path, configfile=REPO / "configs" / "paper.yaml")
-    assert "extract_hidden" in output
+    assert "equilearning_pass" in output

@@ -1,0 +1,50 @@
+"""Snakemake entry point: one forward pass of a model over a dataset's tokens that streams
+the equi-learning statistics and writes the PR table (results/equilearning/…/pr.csv)."""
+
+import logging
+import os
+from dataclasses import asdict
+
+import polars as pl
+import torch
+
+from layerlaws.atomic import write_csv, write_json
+from layerlaws.devices import claim_device
+from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
+from layerlaws.execution import Execution
+from layerlaws.forward_pass import run_forward_pass
+from layerlaws.logs import run_logged
+from layerlaws.models import load_model, read_facts
+
+
+def main() -> None:
+    log = logging.getLogger("layerlaws")
+    execution, params = Execution.from_config(snakemake.config), snakemake.params
+    facts = read_facts(snakemake.input.model)
+    tokens = pl.read_parquet(snakemake.input.tokens)
+    check_enough_rows(tokens, params.offsets, facts.hidden_size)
+    statistics = EquilearningStatistics(
+        facts, params.offsets, params.norms, params.controls, params.shuffle_seed
+    )
+    torch.set_num_threads(snakemake.threads)
+    with claim_device(execution.device, execution.lock_dir) as claim:
+        log.info(
+            "running on %s (CUDA_VISIBLE_DEVICES=%r)",
+            claim.describe(),
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
+        model = load_model(snakemake.input.model, params.dtype, claim.device)
+        report = run_forward_pass(
+            model, facts, tokens, [statistics], execution.batch_size, claim.device
+        )
+    write_csv(snakemake.output.pr, statistics.table(params.cutoff))
+    write_json(snakemake.output.report, {**asdict(facts), **report})
+    log.info(
+        "%d rows × %d layers at %.0f tokens/s",
+        report["n_rows"],
+        facts.num_layers + 1,
+        report["tokens_per_second"] or 0,
+    )
+
+
+run_logged(main, snakemake.log[0])
