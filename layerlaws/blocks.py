@@ -73,8 +73,10 @@ class BlockCall:
     kwargs: dict[str, Any]
 
     def branch(self, stream: torch.Tensor) -> torch.Tensor:
-        """f^l(X): the block's output minus its input; ``stream`` is (1, T, d)."""
-        return first_output(self.block(stream, *self.args, **self.kwargs)) - stream
+        """f^l(X): the block's output minus its input; ``stream`` is (1, T, d), on any
+        device (a model spread over GPUs keeps each block on its own)."""
+        output = first_output(self.block(stream, *self.args, **self.kwargs))
+        return output - stream.to(output.device)
 
 
 @torch.no_grad()

@@ -128,33 +128,43 @@ class EquilearningStatistics:
         self._defined = torch.empty(0, dtype=torch.bool)
 
     def begin_batch(self, batch: Batch) -> None:
-        values, defined = target_matrix(batch.rows, self.offsets, self.controls, self.permutation)
+        self.begin_rows(batch.rows)
+
+    def begin_rows(self, rows: pl.DataFrame) -> None:
+        """The rows (``sentence_id``, ``position``, ``token_id``; whole sequences) that the
+        next ``observe`` calls hold, in order."""
+        values, defined = target_matrix(rows, self.offsets, self.controls, self.permutation)
         self._targets, self._defined = torch.from_numpy(values), torch.from_numpy(defined)
 
     def norms_of(self, layer: int) -> list[str]:
         return self.norms if layer < self.facts.num_layers else [OUTPUT]
 
     def observe(self, layer: int, states: torch.Tensor) -> None:
-        """Merge one batch's rows of ``layer`` (n, hidden_size); all of this batch's
-        moments are computed before any is merged, so an out-of-memory error leaves the
-        totals untouched (merging allocates no p × p matrix)."""
+        """Merge one batch's rows of ``layer`` (n, hidden_size). The rows of every norm are
+        prepared first and merged after (merging allocates nothing of size p × p), so an
+        out-of-memory error leaves the totals untouched."""
         device = states.device
         targets, defined = self._targets.to(device), self._defined.to(device)
         features = states.to(torch.float64)
-        lacking_offsets = [i for i in range(len(self.offsets)) if not defined[:, i].all()]
-        batch: dict[tuple, Moments] = {}
+        lacking = [i for i in range(len(self.offsets)) if not defined[:, i].all()]
+        prepared: list[tuple[Moments, torch.Tensor]] = []
         for norm in self.norms_of(layer):
             transformed = features if norm == OUTPUT else self._normalize(features, norm)
             rows = torch.cat([transformed, targets], dim=1)
-            batch[layer, norm] = Moments.of_rows(rows)
-            for index in lacking_offsets:
-                batch[layer, norm, index] = Moments.of_rows(rows[~defined[:, index]])
-        for key, moments in batch.items():
-            store = self.total if len(key) == 2 else self.lacking
-            if key in store:
-                store[key].merge_(moments)
-            else:
-                store[key] = moments
+            prepared.append((self._accumulator(self.total, (layer, norm), rows), rows))
+            for index in lacking:
+                key = (layer, norm, index)
+                part = rows[~defined[:, index]]
+                prepared.append((self._accumulator(self.lacking, key, part), part))
+        for moments, rows in prepared:
+            moments.add_rows_(rows)
+
+    @staticmethod
+    def _accumulator(store: dict, key: tuple, rows: torch.Tensor) -> Moments:
+        """The moments of ``key``, created (empty) when first needed."""
+        if key not in store:
+            store[key] = Moments.empty(rows.shape[1], rows.device)
+        return store[key]
 
     def _normalize(self, features: torch.Tensor, norm: str) -> torch.Tensor:
         return normalize(features, norm, self.facts.norm_type, self.facts.norm_eps)

@@ -31,6 +31,8 @@ class Execution:
     """Texts per tokenised corpus shard (memory of the tokenisation job)."""
     duckdb_memory_mb: int
     """Memory of the counting jobs, MiB (their ``mem_mb`` and DuckDB's memory_limit)."""
+    gpu_memory_gb: float
+    """Memory of one GPU of the machines the jobs run on (planning of GPU counts)."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Execution:

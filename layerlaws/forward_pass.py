@@ -53,6 +53,13 @@ def sequences_of(tokens: pl.DataFrame) -> list[TokenSequence]:
     ]
 
 
+def first_rows(sequences: Sequence[TokenSequence]) -> np.ndarray:
+    """(len(sequences) + 1,) int64: where each sequence's observed rows start among those
+    of all sequences (the last entry is the number of rows)."""
+    counts = [int((~sequence.is_special).sum()) for sequence in sequences]
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
 def text_rows(tokens: pl.DataFrame) -> pl.DataFrame:
     """The observed rows of a tokens table in row order (by sequence, then position):
     ``sentence_id``, ``position``, ``token_id`` of its text tokens."""
@@ -104,6 +111,45 @@ class Batch:
     """(n_text,) int64: the batch row of each observed token."""
     position_index: torch.Tensor
     """(n_text,) int64: its position."""
+
+    @classmethod
+    def of(
+        cls, sequences: Sequence[TokenSequence], indices: list[int], row_starts: np.ndarray
+    ) -> Batch:
+        """The batch of ``sequences[i]`` for i in ``indices``; ``row_starts[i]`` is the first
+        row of sequence i among the observed rows of the whole table."""
+        lengths = [len(sequences[i].token_ids) for i in indices]
+        width = max(lengths)
+        input_ids = torch.zeros((len(indices), width), dtype=torch.long)
+        attention = torch.zeros((len(indices), width), dtype=torch.long)
+        batch_index, position_index, row_numbers, frames = [], [], [], []
+        for row, (i, length) in enumerate(zip(indices, lengths, strict=True)):
+            sequence = sequences[i]
+            input_ids[row, :length] = torch.tensor(sequence.token_ids)
+            attention[row, :length] = 1
+            positions = np.flatnonzero(~sequence.is_special)
+            batch_index.append(np.full(len(positions), row))
+            position_index.append(positions)
+            row_numbers.append(row_starts[i] + np.arange(len(positions)))
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "sentence_id": np.full(
+                            len(positions), sequence.sentence_id, dtype=np.int64
+                        ),
+                        "position": positions.astype(np.int32),
+                        "token_id": sequence.token_ids[positions],
+                    }
+                )
+            )
+        return cls(
+            input_ids,
+            attention,
+            pl.concat(frames),
+            np.concatenate(row_numbers).astype(np.int64),
+            torch.from_numpy(np.concatenate(batch_index)).long(),
+            torch.from_numpy(np.concatenate(position_index)).long(),
+        )
 
 
 class Observer(Protocol):
@@ -161,39 +207,6 @@ def run_splitting_on_oom(
     )
 
 
-def _batch(sequences: Sequence[TokenSequence], indices: list[int], row_starts: np.ndarray) -> Batch:
-    lengths = [len(sequences[i].token_ids) for i in indices]
-    width = max(lengths)
-    input_ids = torch.zeros((len(indices), width), dtype=torch.long)
-    attention = torch.zeros((len(indices), width), dtype=torch.long)
-    batch_index, position_index, row_numbers, frames = [], [], [], []
-    for row, (i, length) in enumerate(zip(indices, lengths, strict=True)):
-        sequence = sequences[i]
-        input_ids[row, :length] = torch.tensor(sequence.token_ids)
-        attention[row, :length] = 1
-        positions = np.flatnonzero(~sequence.is_special)
-        batch_index.append(np.full(len(positions), row))
-        position_index.append(positions)
-        row_numbers.append(row_starts[i] + np.arange(len(positions)))
-        frames.append(
-            pl.DataFrame(
-                {
-                    "sentence_id": np.full(len(positions), sequence.sentence_id, dtype=np.int64),
-                    "position": positions.astype(np.int32),
-                    "token_id": sequence.token_ids[positions],
-                }
-            )
-        )
-    return Batch(
-        input_ids,
-        attention,
-        pl.concat(frames),
-        np.concatenate(row_numbers).astype(np.int64),
-        torch.from_numpy(np.concatenate(batch_index)).long(),
-        torch.from_numpy(np.concatenate(position_index)).long(),
-    )
-
-
 @torch.inference_mode()
 def run_forward_pass(
     model: Any,
@@ -212,8 +225,7 @@ def run_forward_pass(
     compute dtype and device.
     """
     sequences = sequences_of(tokens)
-    text_counts = np.array([int((~s.is_special).sum()) for s in sequences], dtype=np.int64)
-    row_starts = np.concatenate([[0], np.cumsum(text_counts)])
+    row_starts = first_rows(sequences)
     n_rows = int(row_starts[-1])
     if n_rows == 0:
         raise LayerlawsError("the tokens table holds no text tokens; nothing to measure")
@@ -225,7 +237,7 @@ def run_forward_pass(
     last_layer = facts.num_layers
 
     def process(indices: list[int], first_layer: int) -> None:
-        batch = _batch(sequences, indices, row_starts)
+        batch = Batch.of(sequences, indices, row_starts)
         for observer in observers:
             observer.begin_batch(batch)
         observed = [first_layer]

@@ -1,15 +1,16 @@
 """Models: where they come from, how they are prepared once, and the facts read from them.
 
-A *prepared* model is a local folder (``save_pretrained`` layout, safetensors weights,
-tokenizer files) plus ``layerlaws_model.json``; every later stage loads that folder, so a
-GGUF file is dequantised and a hub model downloaded only once.
+A *prepared* model is a folder with ``layerlaws_model.json``: the model's facts and where
+its weights and tokenizer lie. A local model is used where it is and a hub model from the
+Hugging Face cache, never copied; a GGUF file is dequantised once and a randomly
+initialised twin saved, in the folder itself (``save_pretrained`` layout, safetensors).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from layerlaws.architectures import (
+    ARCHITECTURES,
     architecture_of,
     blocks_of,
     embeddings_of,
@@ -25,6 +27,7 @@ from layerlaws.architectures import (
 )
 from layerlaws.errors import LayerlawsError
 from layerlaws.packages import package_file
+from layerlaws.placement import check_fits, device_budgets, device_map
 
 MODEL_METADATA = "layerlaws_model.json"
 
@@ -50,10 +53,23 @@ class ModelFacts:
     tied_embeddings: bool
     max_positions: int | None
     """Longest input the model accepts (None: no limit, e.g. Mamba and RWKV)."""
+    parameters: int
+    """Number of parameters (tied weights counted once)."""
+    weights_dtype: str
+    """The dtype of the weights on disk."""
+    weights: str | None
+    """The folder of the weights and tokenizer when it is not the prepared folder (a local
+    model's own folder, a hub model's snapshot in the Hugging Face cache)."""
     source: dict[str, Any]
 
+    @classmethod
+    def of(cls, metadata: Mapping[str, Any]) -> ModelFacts:
+        """The facts within a larger metadata record (a pass report, a hidden-state
+        folder's metadata.json)."""
+        return cls(**{field.name: metadata[field.name] for field in fields(cls)})
 
-def _gguf_location(source: Mapping[str, Any]) -> Path:
+
+def gguf_location(source: Mapping[str, Any]) -> Path:
     if source["kind"] == "gguf_package":
         return package_file(source["package"], source["file"])
     path = Path(source["path"])
@@ -78,45 +94,80 @@ def _from_gguf(gguf: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _from_pretrained(where: str, revision: str | None, trust_remote_code: bool) -> tuple[Any, Any]:
-    """Model (float32, CPU) and tokenizer from a hub id or a local folder; the config is
-    read first, so an unsupported family is rejected before any weights are loaded."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
+"""What is fetched of a hub model: config, safetensors weights, tokenizer files (weights
+only as ``.bin`` when a repository has no safetensors)."""
 
-    options = {"revision": revision, "trust_remote_code": trust_remote_code}
+
+def _hub_snapshot(model_id: str, revision: str | None) -> Path:
+    """The local folder of a hub model in the Hugging Face cache (downloaded there once,
+    used where it lies)."""
+    from huggingface_hub import snapshot_download
+
+    folder = Path(snapshot_download(model_id, revision=revision, allow_patterns=HUB_FILES))
+    if not any(folder.glob("*.safetensors")):
+        folder = Path(
+            snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.bin"])
+        )
+    return folder
+
+
+def read_config(where: str, revision: str | None, trust_remote_code: bool) -> Any:
+    """The config of a hub id or local folder, checked against the architecture table before
+    any weights are fetched."""
+    from transformers import AutoConfig
+
     try:
-        config = AutoConfig.from_pretrained(where, **options)
+        config = AutoConfig.from_pretrained(
+            where, revision=revision, trust_remote_code=trust_remote_code
+        )
     except Exception as error:
         raise LayerlawsError(
             f"could not load model {where!r} (revision {revision!r}): {error}. Check the id or "
             f"folder and (for the hub) that this machine can reach it"
         ) from error
     architecture_of(config)
+    return config
+
+
+def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple[Path, Any]:
+    """(folder of the weights and tokenizer, config) of a hub or local source."""
+    if source["kind"] == "local":
+        folder = Path(source["path"]).resolve()
+        if not folder.is_dir():
+            raise LayerlawsError(f"local model folder {source['path']} does not exist")
+        return folder, read_config(str(folder), None, trust_remote_code)
+    if source["kind"] != "hub":
+        raise LayerlawsError(
+            f"unknown model source kind {source['kind']!r}; use hub, local, gguf_package or "
+            f"gguf_file"
+        )
+    config = read_config(source["id"], source.get("revision"), trust_remote_code)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, **options)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **options)
+        return _hub_snapshot(source["id"], source.get("revision")), config
     except Exception as error:
         raise LayerlawsError(
-            f"could not load model {where!r} (revision {revision!r}): {error}. Check that it "
-            f"is a causal LM with a tokenizer"
+            f"could not fetch the weights of {source['id']!r}: {error}. Check that this machine "
+            f"can reach the hub (and, for a gated model, that you accepted its licence and ran "
+            f"`huggingface-cli login`)"
         ) from error
-    return model, tokenizer
 
 
-def _load_pretrained(source: Mapping[str, Any], trust_remote_code: bool) -> tuple[Any, Any]:
-    """Model (float32, CPU) and tokenizer from a hub id, a local folder or a GGUF file."""
-    kind = source["kind"]
-    if kind in ("gguf_package", "gguf_file"):
-        return _from_gguf(_gguf_location(source))
-    if kind == "local":
-        if not Path(source["path"]).is_dir():
-            raise LayerlawsError(f"local model folder {source['path']} does not exist")
-        return _from_pretrained(source["path"], None, trust_remote_code)
-    if kind == "hub":
-        return _from_pretrained(source["id"], source.get("revision"), trust_remote_code)
-    raise LayerlawsError(
-        f"unknown model source kind {kind!r}; use hub, local, gguf_package or gguf_file"
-    )
+def skeleton_of(config: Any, trust_remote_code: bool) -> Any:
+    """The model of ``config`` on the meta device: every module, no weights in memory."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+
+
+def _check_tokenizer(folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(str(folder))
+    except Exception as error:
+        raise LayerlawsError(f"the model in {folder} has no usable tokenizer: {error}") from error
 
 
 def _randomly_initialised(model: Any, init_seed: int) -> Any:
@@ -128,11 +179,19 @@ def _randomly_initialised(model: Any, init_seed: int) -> Any:
 
 def tied_embeddings(model: Any) -> bool:
     """Whether the LM head shares its weight with the input embeddings (W_U = W_E)."""
-    return lm_head_of(model).weight.data_ptr() == embeddings_of(model).weight.data_ptr()
+    return lm_head_of(model).weight is embeddings_of(model).weight
 
 
-def model_facts(model: Any, source: Mapping[str, Any]) -> ModelFacts:
-    """The facts of a loaded model, read from the modules its table row names.
+def weights_dtype(config: Any) -> str:
+    """The dtype the weights are stored in, as the config names it (float32 if it does not)."""
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return str(dtype or "float32").removeprefix("torch.")
+
+
+def model_facts(model: Any, source: Mapping[str, Any], weights: str | None = None) -> ModelFacts:
+    """The facts of a model (loaded, or a skeleton on the meta device), read from the
+    modules its table row names; ``weights`` is where its weights lie when not in the
+    prepared folder.
 
     The row is checked against the model: its embeddings and LM head must be the modules
     transformers reports, and the LM head must read the residual stream's width (a model
@@ -168,27 +227,48 @@ def model_facts(model: Any, source: Mapping[str, Any]) -> ModelFacts:
         post_ln=architecture.post_ln,
         tied_embeddings=tied_embeddings(model),
         max_positions=getattr(config, "max_position_embeddings", None),
+        parameters=sum(parameter.numel() for parameter in model.parameters()),
+        weights_dtype=weights_dtype(config),
+        weights=weights,
         source=dict(source),
     )
 
 
 def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> ModelFacts:
-    """Load a model from its configured source and save it as a prepared folder.
+    """Prepare a model from its configured source: write its facts into ``out_folder``
+    (which must not exist; the caller renames it into place), and its weights only where
+    they lie nowhere else.
 
     ``model_config`` holds ``source`` (see the config schema), ``init`` (``trained`` or
     ``random``: a randomly initialised twin of the same architecture, seeded by
-    ``init_seed``) and ``trust_remote_code``. Writes into ``out_folder`` (which must not
-    exist; the caller renames it into place).
+    ``init_seed``) and ``trust_remote_code``. A local folder is used where it is and a hub
+    model from the Hugging Face cache (its facts record the folder): neither is copied. A
+    GGUF is dequantised once and saved (float32); a random twin is saved in the dtype its
+    config names.
     """
-    source = model_config["source"]
-    model, tokenizer = _load_pretrained(source, model_config.get("trust_remote_code", False))
-    init = model_config.get("init", "trained")
+    source, init = model_config["source"], model_config.get("init", "trained")
+    remote_code = model_config.get("trust_remote_code", False)
+    out = Path(out_folder)
+    if source["kind"] in ("gguf_package", "gguf_file"):
+        model, tokenizer = _from_gguf(gguf_location(source))
+        weights = None
+    else:
+        folder, config = _weights_folder(source, remote_code)
+        _check_tokenizer(folder)
+        model, weights = skeleton_of(config, remote_code), str(folder)
+        if init == "random":
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
     if init == "random":
         model = _randomly_initialised(model, int(model_config.get("init_seed", 0)))
-    facts = model_facts(model, {**source, "init": init})
-    out = Path(out_folder)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+        model = model.to(getattr(torch, weights_dtype(model.config)))
+        weights = None
+    facts = model_facts(model, {**source, "init": init}, weights)
+    out.mkdir(parents=True)
+    if weights is None:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     (out / MODEL_METADATA).write_text(json.dumps(asdict(facts), indent=2) + "\n")
     return facts
 
@@ -207,37 +287,110 @@ def read_facts(folder: str | Path) -> ModelFacts:
         ) from error
 
 
+def weights_folder(folder: str | Path) -> Path:
+    """Where the weights and tokenizer of a prepared model lie (a folder without
+    ``layerlaws_model.json`` holds its own, ``save_pretrained`` layout)."""
+    if not (Path(folder) / MODEL_METADATA).is_file():
+        return Path(folder)
+    return Path(read_facts(folder).weights or folder)
+
+
 def load_tokenizer(folder: str | Path) -> Any:
     """The tokenizer of a prepared model."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(folder))
+    return AutoTokenizer.from_pretrained(str(weights_folder(folder)))
 
 
-def load_model(folder: str | Path, dtype: str, device: str, attention: str | None = None) -> Any:
-    """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES) on ``device``;
-    ``attention`` picks the attention implementation (``eager`` for torch.func
-    transforms, whose batching rules the fused kernels lack)."""
+def plan_placement(
+    folder: str | Path,
+    dtype: str,
+    devices: Sequence[str],
+    budgets: Mapping[str, int] | None = None,
+) -> str | dict[str, str]:
+    """Where a prepared model's weights go on ``devices``: the device itself, or for
+    several a device map that spreads its blocks over them within ``budgets`` (bytes of
+    weights per device; by default from the GPUs' free memory). Planned on a skeleton, so a
+    model that does not fit stops with a LayerlawsError before anything is loaded."""
+    from transformers import AutoConfig
+
+    skeleton = skeleton_of(AutoConfig.from_pretrained(str(weights_folder(folder))), False)
+    if len(devices) == 1:
+        check_fits(skeleton, DTYPES[dtype], devices[0])
+        return devices[0]
+    return device_map(skeleton, DTYPES[dtype], budgets or device_budgets(devices))
+
+
+def load_model(
+    folder: str | Path, dtype: str, placement: str | Mapping[str, str], attention: str | None = None
+) -> Any:
+    """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES), on one device or
+    spread by a device map (``plan_placement``); ``attention`` picks the attention
+    implementation (``eager`` for Jacobians, whose batching rules the fused kernels lack)."""
     from transformers import AutoModelForCausalLM
 
-    options = {} if attention is None else {"attn_implementation": attention}
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **options)
-    return model.to(device).eval().requires_grad_(False)
+    options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
+    if not isinstance(placement, str):
+        options["device_map"] = dict(placement)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(weights_folder(folder)), dtype=DTYPES[dtype], **options
+    )
+    if isinstance(placement, str):
+        model = model.to(placement)
+    return model.eval().requires_grad_(False)
 
 
 def randomly_initialised_twin(model: Any, init_seed: int) -> Any:
-    """A model of the same architecture and config with freshly initialised weights."""
+    """A model of the same architecture and config with freshly initialised weights, placed
+    like ``model``."""
     twin = _randomly_initialised(model, init_seed)
     reference = next(model.parameters())
-    return twin.to(reference.device, reference.dtype).eval().requires_grad_(False)
+    twin = twin.to(reference.dtype)
+    if getattr(model, "hf_device_map", None):
+        from accelerate import dispatch_model
+
+        twin = dispatch_model(twin, device_map=model.hf_device_map)
+    else:
+        twin = twin.to(reference.device)
+    return twin.eval().requires_grad_(False)
+
+
+def _stored_embeddings(folder: Path, facts: ModelFacts) -> tuple[Any, Any] | None:
+    """W_E and W_U as stored in the safetensors files of ``folder`` (W_U None when tied),
+    found by their shape (vocab_size, hidden_size) and W_E by its module's name; None when
+    they cannot be told apart that way."""
+    from safetensors import safe_open
+
+    architecture = ARCHITECTURES[facts.model_type]
+    embedding_name = architecture.embeddings.rsplit(".", 1)[-1] + ".weight"
+    found: dict[str, Any] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as stored:
+            for key in stored.keys():  # noqa: SIM118 (safe_open is no mapping)
+                if stored.get_slice(key).get_shape() == [facts.vocab_size, facts.hidden_size]:
+                    found[key] = stored.get_tensor(key)
+    embedding = [key for key in found if key.endswith(embedding_name)]
+    if len(embedding) != 1 or len(found) > 2:
+        return None
+    rest = [tensor for key, tensor in found.items() if key != embedding[0]]
+    if not rest and not facts.tied_embeddings:
+        return None
+    return found[embedding[0]], rest[0] if rest else None
 
 
 def embedding_matrices(folder: str | Path) -> tuple[np.ndarray, np.ndarray, bool]:
     """Input (W_E) and output (W_U) embedding matrices of a prepared model, each
-    (vocab_size, hidden_size) float32, and whether they are tied (the same weights)."""
-    model = load_model(folder, "float32", "cpu")
-    return (
-        embeddings_of(model).weight.detach().numpy().copy(),
-        lm_head_of(model).weight.detach().numpy().copy(),
-        tied_embeddings(model),
-    )
+    (vocab_size, hidden_size) float32, and whether they are tied (the same weights).
+
+    Read straight from the safetensors files, without building the model; only where the
+    two cannot be found by shape and name is the model loaded.
+    """
+    facts = read_facts(folder)
+    stored = _stored_embeddings(weights_folder(folder), facts)
+    if stored is None:
+        model = load_model(folder, "float32", "cpu")
+        stored = embeddings_of(model).weight, lm_head_of(model).weight
+    input_weights = stored[0].detach().float().numpy().copy()
+    if stored[1] is None or facts.tied_embeddings:
+        return input_weights, input_weights, True
+    return input_weights, stored[1].detach().float().numpy().copy(), False

@@ -75,6 +75,26 @@ class Moments:
         )
         return Moments(n, self.mean + delta * (other.n / n), comoment)
 
+    def add_rows_(self, rows: torch.Tensor) -> None:
+        """Merge ``rows`` (n, p) into these moments in place, on their device, without a
+        second p × p matrix: the rows' centred product is accumulated straight into the
+        co-moment (one matrix product), then the mean shift (a rank-one update)."""
+        z = rows.to(torch.float64)
+        if len(z) == 0:
+            return
+        mean = z.mean(dim=0)
+        centred = z - mean
+        if self.n == 0:
+            self.comoment.zero_()
+            self.mean.copy_(mean)
+        else:
+            delta = mean - self.mean
+            total = self.n + len(z)
+            self.comoment.addr_(delta, delta, alpha=self.n * len(z) / total)
+            self.mean.add_(delta, alpha=len(z) / total)
+        self.comoment.addmm_(centred.T, centred)
+        self.n += len(z)
+
     def merge_(self, other: Moments) -> None:
         """``self = self + other`` in place (no second p × p matrix is allocated)."""
         if other.n == 0:

@@ -13,6 +13,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from layerlaws.execution import Execution
+from layerlaws.job_needs import JobPlanner
 from layerlaws.renamed_keys import renamed_key_errors
 
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
@@ -25,6 +26,18 @@ with open(SCHEMA) as schema_file:
     KEY_PATTERN = yaml.safe_load(schema_file)["$defs"]["key"]["pattern"].strip("^$")
 EXECUTION = Execution.from_config(config)
 PLOT_FORMAT = config["plots"]["format"]
+PLANNER = JobPlanner(config)
+
+
+def needs(job):
+    """The resource functions of the model-running rules, from a JobPlanner method
+    ``job``: GPUs, host memory, disk and runtime from the prepared model's size and the
+    run's tokens, evaluated when the job's inputs exist."""
+
+    def need(name):
+        return lambda wildcards, input: getattr(job(wildcards, input), name)
+
+    return {name: need(name) for name in ("gpu", "mem_mb", "disk_mb", "runtime")}
 
 
 def plot_options(stage=None):
@@ -206,11 +219,12 @@ def prompt_sentences(wildcards):
 
 def model_preparation(wildcards):
     """What preparing a model depends on: its configuration but the forward passes'
-    precision (``dtype``), which later stages apply."""
+    precision (``dtype``, applied by later stages) and what only plans jobs (``gpus``,
+    ``size``)."""
     return {
         key: value
         for key, value in config["models"][wildcards.model].items()
-        if key != "dtype"
+        if key not in ("dtype", "gpus", "size")
     }
 
 

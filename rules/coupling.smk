@@ -17,7 +17,7 @@ rule measure_coupling:
         "results/logs/measure_coupling/{model}/{prompts}.log",
     threads: 4
     resources:
-        gpu=1,
+        **needs(PLANNER.measure_coupling),
     params:
         prompts=lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
         ks=config["coupling"]["ks"],

@@ -13,7 +13,7 @@ rule equilearning_pass:
         "results/logs/equilearning_pass/{model}/{dataset}.log",
     threads: 4
     resources:
-        gpu=1,
+        **needs(PLANNER.equilearning_pass),
     params:
         offsets=config["equilearning"]["offsets"],
         norms=config["equilearning"]["norms"],

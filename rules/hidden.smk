@@ -12,7 +12,7 @@ rule extract_hidden:
         "results/logs/extract_hidden/{model}/{dataset}.log",
     threads: 4
     resources:
-        gpu=1,
+        **needs(PLANNER.extract_hidden),
     params:
         dtype=model_dtype,
         storage_dtype=config["hidden_states"]["dtype"],

@@ -11,3 +11,13 @@ rule prepare_model:
         model=model_preparation,
     script:
         "../scripts/prepare_model.py"
+
+
+# Not part of the pipeline: `snakemake estimate` prints what every model-running job of
+# the config needs (GPUs, host memory, disk, runtime) before anything runs.
+rule estimate:
+    log:
+        "results/logs/estimate.log",
+    localrule: True
+    script:
+        "../scripts/estimate.py"

@@ -9,12 +9,12 @@ import polars as pl
 import torch
 
 from layerlaws.atomic import write_csv, write_json
-from layerlaws.devices import claim_device
+from layerlaws.devices import claim_devices
 from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
 from layerlaws.execution import Execution
 from layerlaws.forward_pass import run_forward_pass
 from layerlaws.logs import run_logged
-from layerlaws.models import load_model, read_facts
+from layerlaws.models import load_model, plan_placement, read_facts
 
 
 def main() -> None:
@@ -27,13 +27,15 @@ def main() -> None:
         facts, params.offsets, params.norms, params.controls, params.shuffle_seed
     )
     torch.set_num_threads(snakemake.threads)
-    with claim_device(execution.device, execution.lock_dir) as claim:
+    gpus = max(1, snakemake.resources.gpu)
+    with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
         log.info(
             "running on %s (CUDA_VISIBLE_DEVICES=%r)",
             claim.describe(),
             os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
-        model = load_model(snakemake.input.model, params.dtype, claim.device)
+        placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
+        model = load_model(snakemake.input.model, params.dtype, placement)
         report = run_forward_pass(
             model, facts, tokens, [statistics], execution.batch_size, claim.device
         )

@@ -7,11 +7,11 @@ import polars as pl
 import torch
 
 from layerlaws.atomic import atomic_path
-from layerlaws.devices import claim_device
+from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
 from layerlaws.hidden_writer import extract_hidden_states
 from layerlaws.logs import run_logged
-from layerlaws.models import load_model, read_facts
+from layerlaws.models import load_model, plan_placement, read_facts
 
 
 def main() -> None:
@@ -19,13 +19,15 @@ def main() -> None:
     facts = read_facts(snakemake.input.model)
     tokens = pl.read_parquet(snakemake.input.tokens)
     torch.set_num_threads(snakemake.threads)
-    with claim_device(execution.device, execution.lock_dir) as claim:
+    gpus = max(1, snakemake.resources.gpu)
+    with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
         logging.getLogger("layerlaws").info(
             "running on %s (CUDA_VISIBLE_DEVICES=%r)",
             claim.describe(),
             os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
-        model = load_model(snakemake.input.model, params.dtype, claim.device)
+        placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
+        model = load_model(snakemake.input.model, params.dtype, placement)
         with atomic_path(snakemake.output[0]) as folder:
             extract_hidden_states(
                 model,

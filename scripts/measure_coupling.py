@@ -9,10 +9,16 @@ import torch
 
 from layerlaws.atomic import atomic_path, write_csv
 from layerlaws.block_coupling import chosen_layers, measure_prompt_set
-from layerlaws.devices import claim_device
+from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
 from layerlaws.logs import run_logged
-from layerlaws.models import load_model, load_tokenizer, randomly_initialised_twin, read_facts
+from layerlaws.models import (
+    load_model,
+    load_tokenizer,
+    plan_placement,
+    randomly_initialised_twin,
+    read_facts,
+)
 from layerlaws.tokens import tokenize_prompts
 
 
@@ -35,11 +41,13 @@ def main() -> None:
     )
     layers = chosen_layers(params.token_layers, facts.num_layers)
     torch.set_num_threads(snakemake.threads)
-    with claim_device(execution.device, execution.lock_dir) as claim:
+    gpus = max(1, snakemake.resources.gpu)
+    with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
         logging.getLogger("layerlaws").info(
             "running on %s; %d prompts, token layers %s", claim.describe(), len(prompts), layers
         )
-        trained = load_model(snakemake.input.model, params.dtype, claim.device, attention="eager")
+        placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
+        trained = load_model(snakemake.input.model, params.dtype, placement, attention="eager")
         twins = {
             "trained": trained,
             "random": randomly_initialised_twin(trained, params.init_seed),

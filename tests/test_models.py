@@ -1,12 +1,24 @@
 """Model preparation: facts read from the model, tied embeddings, random twins, bad sources."""
 
 import json
+import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from conftest import llama_tokenizer
+from safetensors import safe_open
+from tiny_models import save_tiny_model
 
 from layerlaws.errors import LayerlawsError
-from layerlaws.models import load_model, prepare_model, read_facts
+from layerlaws.models import (
+    embedding_matrices,
+    load_model,
+    load_tokenizer,
+    prepare_model,
+    read_facts,
+)
 
 
 def test_prepare_local_model_and_its_random_twin(llama_folder, gpt2_folder, tmp_path):
@@ -52,3 +64,75 @@ def test_facts_of_an_older_layerlaws_are_a_clear_error(llama_folder, tmp_path):
     path.write_text(json.dumps(old))
     with pytest.raises(LayerlawsError, match=r"delete .* and rerun"):
         read_facts(tmp_path / "m")
+
+
+def test_a_local_model_is_used_where_it_lies(llama_folder, tmp_path):
+    facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
+    assert [path.name for path in (tmp_path / "m").iterdir()] == ["layerlaws_model.json"]
+    assert facts.weights == str(llama_folder.resolve())
+    assert facts.parameters == sum(
+        p.numel() for p in load_model(tmp_path / "m", "float32", "cpu").parameters()
+    )
+
+
+def test_a_bfloat16_model_keeps_bfloat16_on_disk(texts, tmp_path):
+    save_tiny_model(tmp_path / "source", "llama", llama_tokenizer(texts), dtype=torch.bfloat16)
+    source = {"kind": "local", "path": str(tmp_path / "source")}
+    trained = prepare_model({"source": source}, tmp_path / "trained")
+    twin = prepare_model({"source": source, "init": "random"}, tmp_path / "twin")
+    assert trained.weights_dtype == twin.weights_dtype == "bfloat16"
+    assert twin.weights is None
+    for folder in (tmp_path / "source", tmp_path / "twin"):
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as stored:
+            dtypes = {stored.get_slice(key).get_dtype() for key in stored.keys()}  # noqa: SIM118
+        assert dtypes == {"BF16"}
+    assert next(load_model(tmp_path / "twin", "float32", "cpu").parameters()).dtype == torch.float32
+
+
+def test_a_hub_model_is_used_from_the_hugging_face_cache(llama_folder, tmp_path):
+    """The hub code path on a model already in the cache (HF_HUB_OFFLINE is set for the
+    tests): the prepared folder points into the cache, nothing is copied."""
+    from huggingface_hub import constants
+
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repository = Path(constants.HF_HUB_CACHE) / "models--layerlaws-test--tiny-llama"
+    snapshot = repository / "snapshots" / revision
+    shutil.copytree(llama_folder, snapshot)
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text(revision)
+    try:
+        facts = prepare_model(
+            {"source": {"kind": "hub", "id": "layerlaws-test/tiny-llama"}}, tmp_path / "m"
+        )
+        assert Path(facts.weights).resolve() == snapshot.resolve()
+        assert [path.name for path in (tmp_path / "m").iterdir()] == ["layerlaws_model.json"]
+        assert load_tokenizer(tmp_path / "m")("the set")["input_ids"]
+    finally:
+        shutil.rmtree(repository)
+
+
+def test_embeddings_are_read_without_building_the_model(llama_folder, gpt2_folder, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    expected = {}
+    for name, folder in (("llama", llama_folder), ("gpt2", gpt2_folder)):
+        prepare_model({"source": {"kind": "local", "path": str(folder)}}, tmp_path / name)
+        model = load_model(tmp_path / name, "float32", "cpu")
+        expected[name] = (
+            model.get_input_embeddings().weight.numpy(),
+            model.get_output_embeddings().weight.numpy(),
+        )
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    original = AutoModelForCausalLM.from_pretrained
+    AutoModelForCausalLM.from_pretrained = refuse
+    try:
+        for name, tied in (("llama", False), ("gpt2", True)):
+            input_weights, output_weights, found_tied = embedding_matrices(tmp_path / name)
+            assert found_tied is tied
+            np.testing.assert_array_equal(input_weights, expected[name][0])
+            np.testing.assert_array_equal(output_weights, expected[name][1])
+    finally:
+        AutoModelForCausalLM.from_pretrained = original

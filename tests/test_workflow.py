@@ -8,15 +8,18 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 import yaml
 from lstsq_reference import reference_pr
 from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 from snakemake_runs import REPO, dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
 from layerlaws.hidden import HiddenStates
+from layerlaws.job_needs import JobPlanner
 
 pytestmark = pytest.mark.slow
 
@@ -196,6 +199,7 @@ def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
         "batch_size": 3,
         "lock_dir": str(tmp_path / "other-locks"),
         "hidden_state_shard_rows": 97,
+        "gpu_memory_gb": 16,
         "vjp_chunk": 5,
         "shard_texts": 7,
         "duckdb_memory_mb": 300,
@@ -249,6 +253,39 @@ def test_an_equilearning_option_reruns_the_model_pass_but_not_tokenisation(
     jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
     assert set(jobs) == AFTER_TOKENS - {"tokenize", "extract_hidden"}
     assert jobs["equilearning_pass"] == 2
+
+
+def test_model_jobs_ask_for_what_their_model_and_tokens_need(finished, base_config, tmp_path):
+    """The resources of a scheduled equi-learning pass are the planner's, from the
+    prepared model's size and the run's tokens."""
+    config = copy.deepcopy(base_config)
+    config["equilearning"] = {"cutoff": 1e-10}
+    workdir = changed_copy(finished, tmp_path, config)
+    output = run_ok(workdir, "--dry-run").stdout
+    job = output.split("rule equilearning_pass:")[1].split("rule ")[0]
+    results = workdir / "results"
+    model = job.split("wildcards: model=")[1].split(",")[0]
+    inputs = SimpleNamespace(
+        model=results / "models" / model, tokens=results / "tokens" / model / "mini.parquet"
+    )
+    validated = yaml.safe_load((workdir / "config.yaml").read_text())
+    validate(validated, str(REPO / "schemas/config.schema.yaml"))
+    wildcards = SimpleNamespace(model=model, dataset="mini")
+    needs = JobPlanner(validated).equilearning_pass(wildcards, inputs)
+    for name in ("gpu", "mem_mb", "disk_mb", "runtime"):
+        assert f"{name}={getattr(needs, name)}" in job, job
+
+
+def test_estimate_plans_the_paper_config_before_anything_is_downloaded(tmp_path):
+    result = snakemake(tmp_path, "estimate", configfile=REPO / "configs" / "paper.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("equilearning_pass")]
+    assert len(rows) == 22
+    llama = next(row for row in rows if " llama2-13b " in row)
+    assert "13.02B" in llama and "<= 51,200" in llama
+    total = result.stdout.split("total outputs of these jobs: ")[1].split(";")[0]
+    amount, unit = total.split()
+    assert unit in ("KB", "MB") or (unit == "GB" and float(amount) < 10)
 
 
 def test_not_keeping_hidden_states_reruns_nothing(finished, base_config, tmp_path):

@@ -102,12 +102,17 @@ def tiny_config(family: str, tokenizer: PreTrainedTokenizerBase, **sizes: Any) -
 
 
 def save_tiny_model(
-    folder: Path, family: str, tokenizer: PreTrainedTokenizerBase, **sizes: Any
+    folder: Path,
+    family: str,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: torch.dtype = torch.float32,
+    **sizes: Any,
 ) -> Path:
-    """Save a tiny randomly initialised (seed 0) ``family`` model and ``tokenizer`` to
-    ``folder``."""
+    """Save a tiny randomly initialised (seed 0) ``family`` model, its weights in
+    ``dtype``, and ``tokenizer`` to ``folder``."""
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config(family, tokenizer, **sizes))
+    config = tiny_config(family, tokenizer, dtype=dtype, **sizes)
+    model = AutoModelForCausalLM.from_config(config).to(dtype)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

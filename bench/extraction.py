@@ -1,0 +1,213 @@
+"""Benchmark: the equi-learning pass (statistics accumulated while the model runs) against a
+bare forward pass of the same model over the same batches in the same dtype, outputs
+discarded; on SmolLM2 (after `make run`) and on a randomly initialised ~1B-parameter
+Llama-style model built from a config (random token ids).
+
+Every measurement runs in a fresh process, so its peak resident memory is its own. The
+pass is measured with the paper's norm alone and with all three norms. On SmolLM2 it is
+also measured with the tokens doubled (the peak memory should not grow), and one pass
+keeps its states so that every PR (layers, offsets, norms) can be compared with float64
+``numpy.linalg.lstsq`` on the same rows (``bench/regression.py``'s reference).
+
+Usage: .venv/bin/python bench/extraction.py [device] [dtype]     (cpu float32 by default)
+The last line: vs_bare_forward (SmolLM2, the paper's norm alone: bare seconds / pass
+seconds), pr_max_abs_diff (SmolLM2, every norm), peak_host_mb (that pass), output_mb (what
+the pass writes: pr.csv and pass.json).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from layerlaws.atomic import write_csv, write_json
+from layerlaws.equilearning import EquilearningStatistics
+from layerlaws.forward_pass import (
+    Batch,
+    first_rows,
+    length_sorted_batches,
+    run_forward_pass,
+    sequences_of,
+)
+from layerlaws.hidden import HiddenStates
+from layerlaws.hidden_writer import extract_hidden_states
+from layerlaws.models import load_model, model_facts, read_facts
+
+SMOLLM2 = "results/models/smollm2-135m"
+SMOLLM2_TOKENS = "results/tokens/smollm2-135m/wiki-science.parquet"
+SMOLLM2_TEXTS = 100
+OFFSETS, CONTROLS = [-1, 0, 1, 2], ["none", "shuffled_vocab"]
+ALL_NORMS = ["model", "standardize", "none"]
+BATCH_SIZE = 16
+LLAMA_1B = {
+    "vocab_size": 32000,
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 18,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 2048,
+}
+LLAMA_SEQUENCES, LLAMA_LENGTH = 8, 128
+
+
+def model_and_tokens(name: str, texts_factor: int, dtype: str, device: str):
+    """(model, facts, tokens) of ``smollm2`` or ``llama-1b``."""
+    if name == "smollm2":
+        tokens = pl.read_parquet(SMOLLM2_TOKENS)
+        tokens = tokens.filter(pl.col("sentence_id") < SMOLLM2_TEXTS * texts_factor)
+        return load_model(SMOLLM2, dtype, device), read_facts(SMOLLM2), tokens
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(LlamaConfig(**LLAMA_1B))
+    model = model.to(device, getattr(torch, dtype)).eval().requires_grad_(False)
+    generator = torch.Generator().manual_seed(0)
+    count = LLAMA_SEQUENCES * texts_factor
+    ids = torch.randint(3, LLAMA_1B["vocab_size"], (count, LLAMA_LENGTH), generator=generator)
+    tokens = pl.DataFrame(
+        {
+            "sentence_id": torch.arange(count).repeat_interleave(LLAMA_LENGTH).numpy(),
+            "position": torch.arange(LLAMA_LENGTH).repeat(count).numpy().astype("int32"),
+            "token_id": ids.flatten().numpy(),
+            "is_special": [False] * (count * LLAMA_LENGTH),
+        }
+    )
+    return model, model_facts(model, {"kind": "random", "config": LLAMA_1B}), tokens
+
+
+@torch.inference_mode()
+def bare_seconds(model, tokens: pl.DataFrame, device: str) -> float:
+    """The same padded batches through the model alone, outputs discarded."""
+    sequences = sequences_of(tokens)
+    starts = first_rows(sequences)
+    lengths = [len(sequence.token_ids) for sequence in sequences]
+    batches = [
+        Batch.of(sequences, indices, starts)
+        for indices in length_sorted_batches(lengths, BATCH_SIZE)
+    ]
+    started = time.perf_counter()
+    for batch in batches:
+        model(
+            input_ids=batch.input_ids.to(device),
+            attention_mask=batch.attention_mask.to(device),
+            use_cache=False,
+        )
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtype: str) -> dict:
+    """One measurement, in this process."""
+    model, facts, tokens = model_and_tokens(name, factor, dtype, device)
+    result = {"tokens": len(tokens)}
+    if kind == "bare":
+        result["seconds"] = bare_seconds(model, tokens, device)
+    elif kind == "pass":
+        statistics = EquilearningStatistics(facts, OFFSETS, norms, CONTROLS, shuffle_seed=0)
+        report = run_forward_pass(
+            model, facts, tokens, [statistics], BATCH_SIZE, device, progress=False
+        )
+        folder = Path(tempfile.mkdtemp())
+        table = statistics.table()
+        write_csv(folder / "pr.csv", table)
+        write_json(folder / "pass.json", {**asdict(facts), **report})
+        result["seconds"] = report["seconds"]
+        result["output_bytes"] = sum(path.stat().st_size for path in folder.iterdir())
+        result["pr"] = table.rows()
+    else:
+        folder = Path(tempfile.mkdtemp()) / "hidden"
+        extract_hidden_states(model, facts, tokens, folder, BATCH_SIZE, device, progress=False)
+        result["folder"] = str(folder)
+        result["hidden_bytes"] = sum(p.stat().st_size for p in folder.rglob("*.npy"))
+    result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def measured(kind: str, name: str, norms: list[str], factor: int, device: str, dtype: str):
+    """``phase`` in a fresh process."""
+    arguments = [kind, name, ",".join(norms), str(factor), device, dtype]
+    output = subprocess.run(
+        [sys.executable, __file__, "--phase", *arguments],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def pr_difference(smollm2_pass: dict, device: str, dtype: str) -> float:
+    """Largest |PR − float64 lstsq| over every layer, offset and norm (control none)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from regression import reference
+
+    states = measured("states", "smollm2", [], 1, device, dtype)
+    hidden = HiddenStates.open(states["folder"])
+    ours = {
+        (layer, offset, norm): pr
+        for layer, offset, norm, control, pr, _ in smollm2_pass["pr"]
+        if control == "none"
+    }
+    return max(
+        abs(ours[(layer, offset, norm)] - value)
+        for norm in ALL_NORMS
+        for (layer, offset), value in reference(hidden, norm).items()
+    )
+
+
+def main() -> None:
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
+    if not Path(SMOLLM2_TOKENS).is_file():
+        sys.exit(f"no {SMOLLM2_TOKENS}: run `make run` first")
+    lines = {}
+    for name in ("smollm2", "llama-1b"):
+        bare = measured("bare", name, [], 1, device, dtype)
+        for norms in (["model"], ALL_NORMS):
+            ours = measured("pass", name, norms, 1, device, dtype)
+            lines[name, len(norms)] = ours
+            print(
+                f"{name:9s} {bare['tokens']:6d} tokens, norms {','.join(norms):24s} "
+                f"bare {bare['seconds']:7.1f} s ({bare['peak_mb']:6.0f} MB)   "
+                f"pass {ours['seconds']:7.1f} s ({ours['peak_mb']:6.0f} MB)   "
+                f"ratio {bare['seconds'] / ours['seconds']:.2f}"
+            )
+        lines[name, "bare"] = bare
+    doubled = measured("pass", "smollm2", ["model"], 2, device, dtype)
+    single = lines["smollm2", 1]
+    print(
+        f"smollm2 pass with {single['tokens']} tokens: peak {single['peak_mb']:.0f} MB; with "
+        f"{doubled['tokens']}: peak {doubled['peak_mb']:.0f} MB"
+    )
+    difference = pr_difference(lines["smollm2", 3], device, dtype)
+    print(
+        f"largest |PR − float64 lstsq| on SmolLM2 states, every layer, offset and norm: "
+        f"{difference:.3e}"
+    )
+    ratio = lines["smollm2", "bare"]["seconds"] / single["seconds"]
+    print(
+        f"vs_bare_forward={ratio:.2f} pr_max_abs_diff={difference:.3e} "
+        f"peak_host_mb={single['peak_mb']:.0f} output_mb={single['output_bytes'] / 2**20:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--phase":
+        kind, name, norms, factor, device, dtype = sys.argv[2:8]
+        print(
+            json.dumps(
+                phase(kind, name, [n for n in norms.split(",") if n], int(factor), device, dtype)
+            )
+        )
+    else:
+        main()

@@ -1,0 +1,12 @@
+"""Snakemake entry point (`snakemake estimate`): what every model-running job of the config
+will need, printed before anything runs."""
+
+from layerlaws.job_needs import JobPlanner, plan_table
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    print(plan_table(JobPlanner(snakemake.config).plan()), flush=True)
+
+
+run_logged(main, snakemake.log[0])

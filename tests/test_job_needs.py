@@ -1,0 +1,72 @@
+"""What a model-running job needs, from a model's config alone, against hand arithmetic;
+the statistics' memory against what the statistics really hold."""
+
+import math
+
+import polars as pl
+import pytest
+from transformers import LlamaConfig
+
+from layerlaws.equilearning import EquilearningStatistics
+from layerlaws.forward_pass import run_forward_pass
+from layerlaws.job_needs import config_size
+from layerlaws.models import load_model, load_tokenizer, prepare_model
+from layerlaws.resources import ModelSize, equilearning_pass_needs, statistics_bytes
+from layerlaws.tokens import tokenize_sentences
+
+OFFSETS, NORMS, CONTROLS = (
+    [-1, 0, 1, 2],
+    ["model", "standardize", "none"],
+    ["none", "shuffled_vocab"],
+)
+
+
+@pytest.fixture
+def llama_13b(tmp_path):
+    """A 13B Llama's config (Llama-2-13B's sizes), no weights."""
+    config = LlamaConfig(
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        vocab_size=32000,
+    )
+    config.save_pretrained(tmp_path / "llama-13b")
+    return {"source": {"kind": "local", "path": str(tmp_path / "llama-13b")}}
+
+
+def test_a_13b_model_is_sized_from_its_config_alone(llama_13b):
+    size = config_size(llama_13b)
+    assert size == ModelSize(13_015_864_320, 40, 5120, 32000)
+
+
+@pytest.mark.parametrize("gpus", ["auto", 2])
+def test_the_pass_of_a_13b_model_needs_what_hand_arithmetic_says(llama_13b, gpus):
+    size = config_size(llama_13b)
+    needs = equilearning_pass_needs(
+        size, "bfloat16", 200 * 512, 8 * 512, OFFSETS, NORMS, CONTROLS, True, gpus, 80
+    )
+    width = 5120 + 4 * 2
+    statistics = (40 * 3 + 1) * (1 + 3) * (width * width + width) * 8
+    assert statistics == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
+    device = 13_015_864_320 * 2 + 8 * 512 * (40 + 1 + 24) * 5120 * 2 + statistics
+    expected_gpus = math.ceil(device / (80 * 2**30 * 0.9)) if gpus == "auto" else gpus
+    assert expected_gpus == (2 if gpus == "auto" else gpus)
+    assert needs.gpu == expected_gpus
+    assert needs.gpu_mb == math.ceil(device / expected_gpus / 2**20)
+    assert needs.mem_mb < 8 * 1024 and needs.disk_mb == 1 and needs.runtime >= 10
+
+
+def test_the_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_path):
+    facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
+    sentences = pl.DataFrame({"sentence_id": range(20), "text": texts[:20], "source": "t"})
+    tokens = tokenize_sentences(sentences, load_tokenizer(tmp_path / "m"), max_tokens=20)
+    statistics = EquilearningStatistics(facts, OFFSETS, NORMS, CONTROLS, 0)
+    model = load_model(tmp_path / "m", "float32", "cpu")
+    run_forward_pass(model, facts, tokens, [statistics], 8, "cpu", progress=False)
+    held = sum(
+        m.comoment.nbytes + m.mean.nbytes
+        for m in [*statistics.total.values(), *statistics.lacking.values()]
+    )
+    size = ModelSize(facts.parameters, facts.num_layers, facts.hidden_size, facts.vocab_size)
+    assert held == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
