@@ -156,19 +156,18 @@ class JobPlanner:
         gpus = self._model(model)["gpus"]
         return Needs(int(gpus) if gpus != "auto" else 1, 0, HOST_BASE_MB, 1, 10)
 
-    def equilearning_pass(self, wildcards: Any, input: Any) -> Needs:
+    def _run_needs(self, wildcards: Any, input: Any, job: Any) -> Needs:
+        """``job(model, size, tokens, longest)`` for a model × dataset run."""
         size = self._known_size(wildcards.model, input.model)
         if size is None:
             return self._placeholder(wildcards.model)
-        tokens, longest = self._known_tokens(wildcards.dataset, input.tokens)
-        return self._pass(wildcards.model, size, tokens, longest)
+        return job(wildcards.model, size, *self._known_tokens(wildcards.dataset, input.tokens))
+
+    def equilearning_pass(self, wildcards: Any, input: Any) -> Needs:
+        return self._run_needs(wildcards, input, self._pass)
 
     def extract_hidden(self, wildcards: Any, input: Any) -> Needs:
-        size = self._known_size(wildcards.model, input.model)
-        if size is None:
-            return self._placeholder(wildcards.model)
-        tokens, longest = self._known_tokens(wildcards.dataset, input.tokens)
-        return self._hidden(wildcards.model, size, tokens, longest)
+        return self._run_needs(wildcards, input, self._hidden)
 
     def measure_coupling(self, wildcards: Any, input: Any) -> Needs:
         size = self._known_size(wildcards.model, input.model)
