@@ -31,6 +31,7 @@ from tqdm import tqdm
 from layerlaws.blocks import layer_states
 from layerlaws.errors import LayerlawsError
 from layerlaws.models import ModelFacts
+from layerlaws.resources import CPU_BATCH_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,6 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     """Indices of sequences grouped into batches of similar length (longest first)."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-CPU_BATCH_SIZE = 16
-"""Batch size of ``batch_size: auto`` on a CPU."""
 
 
 def automatic_batch_size(facts: ModelFacts, longest: int, device: str, dtype_bytes: int) -> int:

@@ -16,9 +16,6 @@ from layerlaws.forward_pass import Batch, run_forward_pass, text_rows
 from layerlaws.hidden import METADATA, ROWS, STORAGE_DTYPES, shard_path
 from layerlaws.models import ModelFacts
 
-KEEP_DTYPES = ("float32", "compute")
-"""``hidden_states.dtype``: float32, or the forward pass's own dtype."""
-
 
 class HiddenStateWriter:
     """Writes the observed states of layers 0..L into shards of ``shard_rows`` rows.

@@ -21,6 +21,7 @@ import polars as pl
 from layerlaws.errors import LayerlawsError
 from layerlaws.execution import Execution
 from layerlaws.resources import (
+    CPU_BATCH_SIZE,
     DTYPE_BYTES,
     HOST_BASE_MB,
     ModelSize,
@@ -29,9 +30,6 @@ from layerlaws.resources import (
     hidden_states_bytes,
     model_pass_needs,
 )
-
-CPU_BATCH_SIZE = 16
-"""Sequences per batch assumed for ``batch_size: auto``."""
 
 
 def prepared_size(folder: str | Path) -> ModelSize:

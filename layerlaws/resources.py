@@ -21,6 +21,8 @@ WORKING_VECTORS = 24
 norms), beside one per layer."""
 HOST_BASE_MB = 2048
 """Host memory of a job before its model: the interpreter, torch, transformers."""
+CPU_BATCH_SIZE = 16
+"""Sequences per batch of ``batch_size: auto`` on a CPU (and assumed when planning)."""
 GPU_USABLE = 0.9
 """Share of a GPU's memory a job plans to use."""
 FLOPS_PER_SECOND = {"gpu": 5e13, "cpu": 5e10}
