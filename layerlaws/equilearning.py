@@ -126,6 +126,8 @@ class EquilearningStatistics:
         """(layer, norm, offset index) → moments over the rows lacking that target."""
         self._targets = torch.empty(0)
         self._defined = torch.empty(0, dtype=torch.bool)
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        """The current rows' targets and defined masks, copied once to each device."""
 
     def begin_batch(self, batch: Batch) -> None:
         self.begin_rows(batch.rows)
@@ -135,6 +137,7 @@ class EquilearningStatistics:
         next ``observe`` calls hold, in order."""
         values, defined = target_matrix(rows, self.offsets, self.controls, self.permutation)
         self._targets, self._defined = torch.from_numpy(values), torch.from_numpy(defined)
+        self._on_device.clear()
 
     def norms_of(self, layer: int) -> list[str]:
         return self.norms if layer < self.facts.num_layers else [OUTPUT]
@@ -144,7 +147,9 @@ class EquilearningStatistics:
         prepared first and merged after (merging allocates nothing of size p × p), so an
         out-of-memory error leaves the totals untouched."""
         device = states.device
-        targets, defined = self._targets.to(device), self._defined.to(device)
+        if device not in self._on_device:
+            self._on_device[device] = (self._targets.to(device), self._defined.to(device))
+        targets, defined = self._on_device[device]
         features = states.to(torch.float64)
         lacking = [i for i in range(len(self.offsets)) if not defined[:, i].all()]
         prepared: list[tuple[Moments, torch.Tensor]] = []

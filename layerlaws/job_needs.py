@@ -46,19 +46,11 @@ def token_counts(path: str | Path) -> tuple[int, int]:
 def config_size(model_config: Mapping[str, Any]) -> ModelSize:
     """The size of a configured model from its config alone (no weights are read)."""
     from layerlaws.architectures import blocks_of
-    from layerlaws.models import gguf_location, read_config, skeleton_of
+    from layerlaws.models import skeleton_of, source_config
 
-    source = model_config["source"]
-    remote_code = model_config.get("trust_remote_code", False)
-    if source["kind"] in ("gguf_package", "gguf_file"):
-        from transformers import AutoConfig
-
-        gguf = gguf_location(source)
-        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    else:
-        where = source["path"] if source["kind"] == "local" else source["id"]
-        config = read_config(where, source.get("revision"), remote_code)
-    skeleton = skeleton_of(config, remote_code)
+    skeleton = skeleton_of(
+        source_config(model_config), model_config.get("trust_remote_code", False)
+    )
     embeddings = skeleton.get_input_embeddings().weight
     return ModelSize(
         sum(parameter.numel() for parameter in skeleton.parameters()),

@@ -78,13 +78,21 @@ def gguf_location(source: Mapping[str, Any]) -> Path:
     return path
 
 
+def _gguf_config(gguf: Path) -> Any:
+    """The config inside a GGUF file, checked against the architecture table."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    architecture_of(config)
+    return config
+
+
 def _from_gguf(gguf: Path) -> tuple[Any, Any]:
     """Model (float32, CPU) and tokenizer from a GGUF file, its weights dequantised."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    architecture_of(config)
+    config = _gguf_config(gguf)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     # A model loaded from GGUF refuses save_pretrained: copy its dequantised weights into a
@@ -153,6 +161,16 @@ def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple
         ) from error
 
 
+def source_config(model_config: Mapping[str, Any]) -> Any:
+    """The config of a configured model (``models.<key>``), read without its weights from
+    its GGUF file, local folder or the hub."""
+    source, remote_code = model_config["source"], model_config.get("trust_remote_code", False)
+    if source["kind"] in ("gguf_package", "gguf_file"):
+        return _gguf_config(gguf_location(source))
+    where = source["path"] if source["kind"] == "local" else source["id"]
+    return read_config(where, source.get("revision"), remote_code)
+
+
 def skeleton_of(config: Any, trust_remote_code: bool) -> Any:
     """The model of ``config`` on the meta device: every module, no weights in memory."""
     from transformers import AutoModelForCausalLM
@@ -161,11 +179,12 @@ def skeleton_of(config: Any, trust_remote_code: bool) -> Any:
         return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
 
 
-def _check_tokenizer(folder: Path) -> None:
+def _checked_tokenizer(folder: Path) -> Any:
+    """The tokenizer in ``folder``, or a LayerlawsError saying it has none."""
     from transformers import AutoTokenizer
 
     try:
-        AutoTokenizer.from_pretrained(str(folder))
+        return AutoTokenizer.from_pretrained(str(folder))
     except Exception as error:
         raise LayerlawsError(f"the model in {folder} has no usable tokenizer: {error}") from error
 
@@ -254,12 +273,8 @@ def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> Mo
         weights = None
     else:
         folder, config = _weights_folder(source, remote_code)
-        _check_tokenizer(folder)
+        tokenizer = _checked_tokenizer(folder)
         model, weights = skeleton_of(config, remote_code), str(folder)
-        if init == "random":
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(str(folder))
     if init == "random":
         model = _randomly_initialised(model, int(model_config.get("init_seed", 0)))
         model = model.to(getattr(torch, weights_dtype(model.config)))
