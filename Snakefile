@@ -19,11 +19,14 @@ include: "rules/common.smk"
 
 
 wildcard_constraints:
-    model=KEY_PATTERN,
+    model=MODEL_PATTERN,
     dataset=KEY_PATTERN,
     prompts=KEY_PATTERN,
+    training=KEY_PATTERN,
+    series=KEY_PATTERN,
 
 
+include: "rules/training.smk"
 include: "rules/corpus.smk"
 include: "rules/models.smk"
 include: "rules/tokens.smk"
@@ -31,6 +34,7 @@ include: "rules/hidden.smk"
 include: "rules/equilearning.smk"
 include: "rules/signatures.smk"
 include: "rules/coupling.smk"
+include: "rules/series.smk"
 
 
 rule all:

@@ -85,6 +85,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         requires={"apply_residual_connection_post_layernorm": False},
     ),
     "falcon": _BLOOM,
+    "mpt": Architecture("transformer.blocks", "transformer.wte", "transformer.norm_f"),
     "xglm": _decoder("model.layer_norm"),
     "phi": _decoder("model.final_layernorm"),
     "jamba": _decoder("model.final_layernorm"),

@@ -7,7 +7,9 @@ positions unchanged). Special tokens (BOS, EOS) are never observed either. For e
 every observer first gets ``begin_batch`` (which rows follow), then ``observe(layer,
 states)`` for layers 0..L in order, with ``states`` (n_text_tokens, hidden_size) in the
 compute dtype on the device that layer runs on (``layerlaws.blocks.layer_states`` says
-where each layer is taken).
+where each layer is taken). Logit observers get ``begin_batch`` too, then
+``observe_logits(logits)`` with the model's output logits of the same rows
+(n_text_tokens, vocab_size), after layer L.
 
 A batch that runs out of device memory is split in halves and retried, recursively.
 Layers are observed atomically: an observer's ``observe`` either completes or leaves no
@@ -161,6 +163,17 @@ class Observer(Protocol):
         error)."""
 
 
+class LogitObserver(Protocol):
+    """Receives the output logits of a forward pass."""
+
+    def begin_batch(self, batch: Batch) -> None:
+        """The rows the next ``observe_logits`` call holds, in order."""
+
+    def observe_logits(self, logits: torch.Tensor) -> None:
+        """Logits (n_text, vocab_size) of the current batch's rows; must either complete
+        or change nothing."""
+
+
 class BatchOutOfMemory(Exception):
     """A batch ran out of device memory after layers < ``next_layer`` were observed."""
 
@@ -213,8 +226,10 @@ def run_forward_pass(
     batch_size: int | str,
     device: str,
     progress: bool = True,
+    logit_observers: Sequence[LogitObserver] = (),
 ) -> dict[str, Any]:
-    """Run ``model`` over every sequence of ``tokens``, feeding ``observers``.
+    """Run ``model`` over every sequence of ``tokens``, feeding ``observers`` the states of
+    every layer and ``logit_observers`` the output logits.
 
     ``batch_size`` is a number of sequences or ``auto`` (see automatic_batch_size);
     ``device`` is where the inputs go (the first layer's device). Returns a report: rows
@@ -232,10 +247,12 @@ def run_forward_pass(
         batch_size = automatic_batch_size(facts, max(lengths), device, compute_dtype.itemsize)
         log.info("batch size %d (auto, %s)", batch_size, device)
     last_layer = facts.num_layers
+    # The logits are observed as one more layer, L + 1, so a split batch resumes there.
+    observed_layers = last_layer + (2 if logit_observers else 1)
 
     def process(indices: list[int], first_layer: int) -> None:
         batch = Batch.of(sequences, indices, row_starts)
-        for observer in observers:
+        for observer in [*observers, *logit_observers]:
             observer.begin_batch(batch)
         observed = [first_layer]
 
@@ -256,20 +273,27 @@ def run_forward_pass(
         out_of_memory = False
         try:
             with layer_states(model, record):
-                model(
+                outputs = model(
                     input_ids=batch.input_ids.to(device),
                     attention_mask=batch.attention_mask.to(device),
                     use_cache=False,
                 )
+            if logit_observers:
+                where = outputs.logits.device
+                logits = outputs.logits[batch.batch_index.to(where), batch.position_index.to(where)]
+                del outputs
+                for logit_observer in logit_observers:
+                    logit_observer.observe_logits(logits)
+                observed[0] = last_layer + 2
         except torch.OutOfMemoryError:
             out_of_memory = True
         # Raised outside the handler: the frames holding the batch's tensors are released.
         if out_of_memory:
             raise BatchOutOfMemory(observed[0])
-        if observed[0] != last_layer + 1:
+        if observed[0] != observed_layers:
             raise LayerlawsError(
                 f"the forward pass observed layers {first_layer}..{observed[0] - 1}, "
-                f"expected ..{last_layer}"
+                f"expected ..{observed_layers - 1}"
             )
 
     batches = length_sorted_batches(lengths, int(batch_size))

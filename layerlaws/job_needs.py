@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from layerlaws.corpus import prompt_datasets
 from layerlaws.errors import LayerlawsError
 from layerlaws.execution import Execution
 from layerlaws.resources import (
@@ -29,7 +30,14 @@ from layerlaws.resources import (
     equilearning_pass_needs,
     hidden_states_bytes,
     model_pass_needs,
+    training_needs,
 )
+from layerlaws.training_plan import TrainingSpec, parameter_count
+
+GUESSED_VOCABULARY = 50_000
+"""Vocabulary planned for a training whose tokenizer model is not yet prepared."""
+ASSUMED_TEXTS = 10_000
+"""Texts planned for a dataset of ``n_samples: all`` before it is sampled."""
 
 
 def prepared_size(folder: str | Path) -> ModelSize:
@@ -111,8 +119,8 @@ class JobPlanner:
         the last token's of every layer and three per token at each token layer."""
         prompt_set = self.config["coupling"]["prompts"][prompts]
         length = prompt_set["max_tokens"]
-        count = len(prompt_set["texts"]) + (
-            prompt_set["n_from_dataset"] if prompt_set["dataset"] else 0
+        count = len(prompt_set["texts"]) + prompt_set["n_from_dataset"] * len(
+            prompt_datasets(prompt_set)
         )
         dtype = self._model(model)["dtype"]
         layers = len(self.config["coupling"]["token_layers"]) or 1
@@ -165,6 +173,26 @@ class JobPlanner:
             return self._placeholder(wildcards.model)
         return self._coupling(wildcards.model, size, wildcards.prompts)
 
+    def train_model(self, wildcards: Any, input: Any) -> Needs:
+        """Training from scratch: the vocabulary is the tokenizer model's (a guess of
+        50,000 until it is prepared)."""
+        spec = TrainingSpec.of(self.config["training"][wildcards.training])
+        owner = self.config["training"][wildcards.training]["tokenizer"]
+        size = self._known_size(owner, input.tokenizer)
+        vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
+        return self._training(spec, ModelSize(0, 0, 0, vocab_size))
+
+    def _training(self, spec: TrainingSpec, size: ModelSize) -> Needs:
+        """Needs of a training; only ``size.vocab_size`` is read (the rest is ``spec``'s)."""
+        return training_needs(
+            parameter_count(spec, size.vocab_size),
+            size.vocab_size,
+            spec.batch_size * spec.context,
+            spec.steps,
+            len(spec.checkpoints),
+            self._on_gpu(),
+        )
+
     # A plan of the whole config, before anything runs.
 
     def size(self, model: str, results: Path) -> tuple[ModelSize, str]:
@@ -174,6 +202,9 @@ class JobPlanner:
             return prepared_size(prepared), "prepared model"
         if "size" in self._model(model):
             return ModelSize.of(self._model(model)["size"]), "config size"
+        training = self._model(model)["source"].get("training")
+        if training is not None:
+            return self._trained_size(training, results), "training settings"
         try:
             return config_size(self._model(model)), "model config"
         except LayerlawsError as error:
@@ -183,11 +214,23 @@ class JobPlanner:
                 f"vocab_size) to plan offline"
             ) from error
 
+    def _trained_size(self, training: str, results: Path) -> ModelSize:
+        """The size of a training's checkpoints, from its settings and its tokenizer
+        model's vocabulary."""
+        settings = self.config["training"][training]
+        spec = TrainingSpec.of(settings)
+        vocab_size = self.size(settings["tokenizer"], results)[0].vocab_size
+        return ModelSize(
+            parameter_count(spec, vocab_size), spec.num_layers, spec.hidden_size, vocab_size
+        )
+
     def token_bound(self, dataset: str) -> tuple[int, int]:
-        """(most tokens, longest sequence) of a dataset before it is tokenised."""
+        """(most tokens, longest sequence) of a dataset before it is tokenised (a dataset of
+        ``n_samples: all`` is assumed to hold ASSUMED_TEXTS texts)."""
         settings = self.config["datasets"][dataset]
         longest = settings["max_tokens"]
-        return settings["token_budget"] or settings["n_samples"] * longest, longest
+        texts = ASSUMED_TEXTS if settings["n_samples"] == "all" else settings["n_samples"]
+        return settings["token_budget"] or texts * longest, longest
 
     def tokens(self, model: str, dataset: str, results: Path) -> tuple[int, int, str]:
         """(tokens, longest sequence, how they are known) of a run."""
@@ -235,6 +278,22 @@ class JobPlanner:
                     "tokens_known": "",
                     "cache_bytes_float32": 0,
                     **asdict(needs),
+                }
+            )
+        for training, settings in self.config["training"].items():
+            spec = TrainingSpec.of(settings)
+            size = self._trained_size(training, results)
+            rows.append(
+                {
+                    "job": "train_model",
+                    "model": training,
+                    "data": settings["dataset"],
+                    "parameters": size.parameters,
+                    "sized_by": "training settings",
+                    "tokens": spec.tokens_seen(spec.steps),
+                    "tokens_known": "",
+                    "cache_bytes_float32": 0,
+                    **asdict(self._training(spec, size)),
                 }
             )
         return rows

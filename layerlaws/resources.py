@@ -171,3 +171,27 @@ def equilearning_pass_needs(
 def hidden_states_bytes(size: ModelSize, n_tokens: int, storage_bytes: int) -> int:
     """Disk of every layer's states of ``n_tokens`` tokens."""
     return n_tokens * (size.num_layers + 1) * size.hidden_size * storage_bytes
+
+
+def training_needs(
+    parameters: int,
+    vocab_size: int,
+    batch_tokens: int,
+    steps: int,
+    checkpoints: int,
+    on_gpu: bool,
+) -> Needs:
+    """Needs of training a model of ``parameters`` from scratch in float32 with AdamW
+    (weights, gradients, two moments), ``steps`` batches of ``batch_tokens`` tokens whose
+    logits (``vocab_size`` each) dominate the activations, saving ``checkpoints``
+    checkpoints (and one optimizer state)."""
+    device_bytes = 16 * parameters + 3 * batch_tokens * vocab_size * 4
+    seconds = 6 * parameters * batch_tokens * steps / FLOPS_PER_SECOND["gpu" if on_gpu else "cpu"]
+    host = HOST_BASE_MB * MIB + (4 * parameters if on_gpu else device_bytes)
+    return Needs(
+        gpu=1 if on_gpu else 0,
+        gpu_mb=math.ceil(device_bytes / MIB) if on_gpu else 0,
+        mem_mb=math.ceil(host / MIB),
+        disk_mb=max(1, math.ceil((checkpoints + 2) * 4 * parameters / MIB)),
+        runtime=max(10, math.ceil(2 * seconds / 60) + 5),
+    )

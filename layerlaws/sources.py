@@ -7,7 +7,7 @@ the text came from (``wikipedia:<title>``, ``<file>:<row>``, ``<dataset>:<split>
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -125,8 +125,14 @@ def _hub_text(row: Mapping[str, Any], text_field: str, source: Mapping[str, Any]
     return str(row[text_field] or "")
 
 
-def hub_sample(source: Mapping[str, Any], count: int, sample_seed: int) -> list[Candidate]:
-    """Up to ``count`` texts drawn at random (seeded) from a Hugging Face dataset.
+def hub_sample(
+    source: Mapping[str, Any],
+    count: int | None,
+    sample_seed: int,
+    exclude: Set[str] = frozenset(),
+) -> list[Candidate]:
+    """Up to ``count`` texts (None: all) drawn at random (seeded) from a Hugging Face
+    dataset, leaving out those whose source is in ``exclude``.
 
     A map-style dataset is sampled uniformly by index; a streaming one (for corpora too
     large to download) is shuffled in a buffer of ``shuffle_buffer`` rows and its first
@@ -142,12 +148,12 @@ def hub_sample(source: Mapping[str, Any], count: int, sample_seed: int) -> list[
         rows: Iterator[Mapping[str, Any]] = iter(shuffled)
         texts = ((_hub_text(row, text_field, source), i) for i, row in enumerate(rows))
         nonblank = ((text, f"{label}:{i}") for text, i in texts if text.strip())
-        return list(islice(nonblank, count))
+        return list(islice((c for c in nonblank if c[1] not in exclude), count))
     order = np.random.default_rng(sample_seed).permutation(len(dataset))
     chosen: list[Candidate] = []
     for index in order:
         text = _hub_text(dataset[int(index)], text_field, source)
-        if text.strip():
+        if text.strip() and f"{label}:{index}" not in exclude:
             chosen.append((text, f"{label}:{index}"))
             if len(chosen) == count:
                 break
@@ -160,9 +166,10 @@ LOCAL_LOADERS: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {
 }
 
 
-def iter_texts(source: Mapping[str, Any]) -> Iterator[Candidate]:
-    """Every non-blank text of a source, in the source's own order (whole corpora: the
-    signature stage counts over all of them, or up to a token budget)."""
+def iter_texts(source: Mapping[str, Any], exclude: Set[str] = frozenset()) -> Iterator[Candidate]:
+    """Every non-blank text of a source, in the source's own order, but those whose source
+    is in ``exclude`` (whole corpora: the signature stage counts over all of them, or up
+    to a token budget)."""
     kind = source["kind"]
     if kind == "hub":
         text_field = source.get("text_field", "text")
@@ -175,4 +182,6 @@ def iter_texts(source: Mapping[str, Any]) -> Iterator[Candidate]:
         candidates = iter(LOCAL_LOADERS[kind](source))
     else:
         raise LayerlawsError(f"unknown dataset source kind {kind!r}")
-    return ((text.strip(), where) for text, where in candidates if text.strip())
+    return (
+        (text.strip(), where) for text, where in candidates if text.strip() and where not in exclude
+    )

@@ -12,9 +12,19 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from layerlaws.corpus import prompt_datasets
+from layerlaws.errors import LayerlawsError
 from layerlaws.execution import Execution
 from layerlaws.job_needs import JobPlanner
 from layerlaws.renamed_keys import renamed_key_errors
+from layerlaws.series import (
+    expand_models,
+    initial_weights,
+    series_members,
+    series_runs,
+    tokenizer_owner,
+)
+from layerlaws.training_plan import checkpoint_folder as step_folder
 
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
 
@@ -24,8 +34,74 @@ validate(config, SCHEMA)
 
 with open(SCHEMA) as schema_file:
     KEY_PATTERN = yaml.safe_load(schema_file)["$defs"]["key"]["pattern"].strip("^$")
+# A model key, or one expanded from a revision or a training checkpoint: <key>@<name>.
+MODEL_PATTERN = f"{KEY_PATTERN}(@{KEY_PATTERN})?"
 EXECUTION = Execution.from_config(config)
 PLOT_FORMAT = config["plots"]["format"]
+
+
+def checkpoint_folder(training):
+    """Where a training writes its checkpoints (not declared as outputs: a resumed
+    training finds them there)."""
+    return f"results/training/{training}/checkpoints"
+
+
+def unique(runs):
+    return [dict(pair) for pair in dict.fromkeys(tuple(run.items()) for run in runs)]
+
+
+def check_trainings():
+    """Each training names a model (its tokenizer) and datasets."""
+    for key, training in config["training"].items():
+        for field, table in (
+            ("tokenizer", "models"),
+            ("dataset", "datasets"),
+            ("held_out", "datasets"),
+        ):
+            name = training[field]
+            if name is not None and name not in config[table]:
+                raise WorkflowError(
+                    f"config training.{key}.{field} is {name!r}, which is not a key of "
+                    f"{table}; known {table}: {sorted(config[table])}"
+                )
+
+
+def check_series():
+    """Each series names known datasets, prompts and corpora."""
+    corpora = {*config["datasets"], *config["signatures"]["pools"], "training_corpus"}
+    for name, series in config["series"].items():
+        for field, known in (
+            ("datasets", config["datasets"]),
+            ("prompts", config["coupling"]["prompts"]),
+            ("signatures", corpora),
+        ):
+            values = series[field] if field == "datasets" else [series[field]]
+            for value in values:
+                if value is not None and value not in known:
+                    raise WorkflowError(
+                        f"config series.{name}.{field} names {value!r}; known: {sorted(known)}"
+                    )
+
+
+check_trainings()
+check_series()
+# Revisions and training checkpoints become models, series become runs: every stage sees
+# one model per measured set of weights.
+try:
+    MODELS = expand_models(
+        config,
+        lambda training, step: str(step_folder(checkpoint_folder(training), step)),
+    )
+    SERIES = {name: series_members(config, MODELS, name) for name in config["series"]}
+    SERIES_RUNS = series_runs(config, MODELS)
+except LayerlawsError as error:
+    raise WorkflowError(f"{error}") from None
+config["models"] = MODELS
+config["runs"] = unique(config["runs"] + SERIES_RUNS.equilearning)
+config["coupling"]["runs"] = unique(config["coupling"]["runs"] + SERIES_RUNS.coupling)
+config["signatures"]["runs"] = unique(
+    config["signatures"]["runs"] + SERIES_RUNS.signatures
+)
 PLANNER = JobPlanner(config)
 
 
@@ -58,7 +134,7 @@ def model_dtype(wildcards):
 
 
 def check_runs():
-    """Every run names a configured model and dataset."""
+    """Every run names a configured model (after expansion) and dataset."""
     for index, run in enumerate(config["runs"]):
         for kind, table in (("model", "models"), ("dataset", "datasets")):
             if run[kind] not in config[table]:
@@ -135,7 +211,13 @@ def final_outputs():
         ]
         if config["hidden_states"]["keep"]:
             outputs.append(f"results/hidden/{model}/{dataset}")
-    return outputs + signature_outputs() + coupling_outputs()
+    return (
+        outputs
+        + signature_outputs()
+        + coupling_outputs()
+        + training_outputs()
+        + series_outputs()
+    )
 
 
 def signature_folder(model, dataset):
@@ -170,14 +252,12 @@ def check_coupling():
     """Coupling runs name known models and prompt sets; prompt sets name known datasets."""
     coupling = config["coupling"]
     for name, prompts in coupling["prompts"].items():
-        if (
-            prompts["dataset"] is not None
-            and prompts["dataset"] not in config["datasets"]
-        ):
-            raise WorkflowError(
-                f"config coupling.prompts.{name}.dataset is {prompts['dataset']!r}, which is "
-                f"not a key of datasets; known datasets: {sorted(config['datasets'])}"
-            )
+        for dataset in prompt_datasets(prompts):
+            if dataset not in config["datasets"]:
+                raise WorkflowError(
+                    f"config coupling.prompts.{name}.dataset names {dataset!r}, which is "
+                    f"not a key of datasets; known datasets: {sorted(config['datasets'])}"
+                )
     for index, run in enumerate(coupling["runs"]):
         for kind, table in (
             ("model", config["models"]),
@@ -213,20 +293,140 @@ def coupling_outputs():
 
 def prompt_sentences(wildcards):
     """The sampled texts a prompt set draws from, if any."""
-    dataset = config["coupling"]["prompts"][wildcards.prompts]["dataset"]
-    return [] if dataset is None else [f"results/corpus/{dataset}/sentences.parquet"]
+    prompt_set = config["coupling"]["prompts"][wildcards.prompts]
+    return [sentences_of(dataset) for dataset in prompt_datasets(prompt_set)]
 
 
 def model_preparation(wildcards):
     """What preparing a model depends on: its configuration but the forward passes'
-    precision (``dtype``, applied by later stages) and what only plans jobs (``gpus``,
-    ``size``)."""
+    precision (``dtype``, applied by later stages), what only plans jobs (``gpus``,
+    ``size``) and its external ``scores``."""
     return {
         key: value
         for key, value in config["models"][wildcards.model].items()
-        if key not in ("dtype", "gpus", "size")
+        if key not in ("dtype", "gpus", "size", "scores")
     }
+
+
+def trained_weights(wildcards):
+    """A training checkpoint's weights exist once its training's manifest does."""
+    training = config["models"][wildcards.model]["source"].get("training")
+    return [] if training is None else [f"results/training/{training}/checkpoints.csv"]
+
+
+def initial_model(wildcards):
+    """The prepared step-0 checkpoint of a training checkpoint: the weights its coupling
+    is compared with (other models are compared with a randomly initialised twin)."""
+    initial = initial_weights(config["models"], wildcards.model)
+    return [] if initial is None else [f"results/models/{initial}"]
+
+
+def counts_folder(model, corpus):
+    """Where a corpus's counts for ``model``'s tokenizer lie (shared by the checkpoints
+    of a training)."""
+    return signature_folder(tokenizer_owner(config["models"], config, model), corpus)
 
 
 def dataset_config(wildcards):
     return config["datasets"][wildcards.dataset]
+
+
+def sentences_of(dataset):
+    return f"results/corpus/{dataset}/sentences.parquet"
+
+
+def excluded_sentences(wildcards):
+    """The samples of the datasets a dataset leaves out (``exclude``)."""
+    return [sentences_of(name) for name in dataset_config(wildcards)["exclude"]]
+
+
+def training_config(wildcards):
+    return config["training"][wildcards.training]
+
+
+def held_out_sentences(wildcards):
+    held_out = training_config(wildcards)["held_out"]
+    return [] if held_out is None else [sentences_of(held_out)]
+
+
+# The norm of the series' law columns: the paper's (`model`) when it is measured.
+SERIES_NORM = (
+    "model"
+    if "model" in config["equilearning"]["norms"]
+    else config["equilearning"]["norms"][0]
+)
+
+
+def series_member_files(wildcards):
+    """Per member of a series: its x, scores and the paths of everything measured on it
+    (the summary script's params; the same paths are its inputs)."""
+    series = config["series"][wildcards.series]
+    members = []
+    for member in SERIES[wildcards.series]:
+        model, prompts = member.model, series["prompts"]
+        corpus = series["signatures"]
+        if corpus == "training_corpus":
+            training = config["models"][model]["source"]["training"]
+            corpus = config["training"][training]["dataset"]
+        folders = {d: equilearning_folder(model, d) for d in series["datasets"]}
+        members.append(
+            {
+                "model": model,
+                "x": member.x,
+                "scores": config["models"][model].get("scores", {}),
+                "facts": f"results/models/{model}/layerlaws_model.json",
+                "law": {d: f"{folder}/law.csv" for d, folder in folders.items()},
+                "evaluation": {
+                    d: f"results/evaluation/{model}/{d}.csv" for d in series["datasets"]
+                },
+                "depth": (
+                    None
+                    if prompts is None
+                    else f"results/coupling/{model}/{prompts}/depth.csv"
+                ),
+                "trajectories": (
+                    None
+                    if prompts is None
+                    else f"results/trajectories/{model}/{prompts}/tokens.csv"
+                ),
+                "rcos": (
+                    None
+                    if corpus is None
+                    else f"{signature_folder(model, corpus)}/rcos.csv"
+                ),
+            }
+        )
+    return members
+
+
+def series_inputs(wildcards):
+    paths = []
+    for member in series_member_files(wildcards):
+        paths.append(member["facts"].rsplit("/", 1)[0])
+        paths += [*member["law"].values(), *member["evaluation"].values()]
+        paths += [member[k] for k in ("depth", "trajectories", "rcos") if member[k]]
+    return paths
+
+
+def training_outputs():
+    return [
+        path
+        for training in config["training"]
+        for path in (
+            f"results/training/{training}/curve.{PLOT_FORMAT}",
+            f"results/training/{training}/checkpoints.csv",
+        )
+    ]
+
+
+def series_outputs():
+    return [
+        f"results/series/{series}/{name}"
+        for series in config["series"]
+        for name in (
+            "summary.csv",
+            "fits.csv",
+            f"quantities.{PLOT_FORMAT}",
+            f"generalisation.{PLOT_FORMAT}",
+        )
+    ]

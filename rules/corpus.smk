@@ -2,6 +2,8 @@
 
 
 rule sample_sentences:
+    input:
+        exclude=excluded_sentences,
     output:
         "results/corpus/{dataset}/sentences.parquet",
     log:
@@ -10,5 +12,6 @@ rule sample_sentences:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],
         sample_seed=lambda wildcards: dataset_config(wildcards)["sample_seed"],
+        exclude=lambda wildcards: dataset_config(wildcards)["exclude"],
     script:
         "../scripts/sample_sentences.py"

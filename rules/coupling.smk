@@ -6,6 +6,7 @@ rule measure_coupling:
     input:
         model="results/models/{model}",
         sentences=prompt_sentences,
+        initial=initial_model,
     output:
         depth="results/coupling/{model}/{prompts}/depth.csv",
         tokens="results/coupling/{model}/{prompts}/tokens.csv",

@@ -9,6 +9,7 @@ rule equilearning_pass:
     output:
         pr="results/equilearning/{model}/{dataset}/pr.csv",
         report="results/equilearning/{model}/{dataset}/pass.json",
+        evaluation="results/evaluation/{model}/{dataset}.csv",
     log:
         "results/logs/equilearning_pass/{model}/{dataset}.log",
     threads: 4

@@ -3,6 +3,8 @@
 
 
 rule prepare_model:
+    input:
+        trained_weights,
     output:
         directory("results/models/{model}"),
     log:

@@ -5,6 +5,7 @@
 rule tokenize_corpus:
     input:
         model="results/models/{model}",
+        exclude=excluded_sentences,
     output:
         directory("results/signatures/{model}/{dataset}/shards"),
     log:
@@ -14,6 +15,7 @@ rule tokenize_corpus:
     params:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         token_budget=config["signatures"]["token_budget"],
+        exclude=lambda wildcards: dataset_config(wildcards)["exclude"],
     script:
         "../scripts/tokenize_corpus.py"
 
@@ -55,8 +57,8 @@ rule pool_counts:
 
 rule compare_signatures:
     input:
-        unigrams="results/signatures/{model}/{dataset}/unigrams.parquet",
-        bigrams="results/signatures/{model}/{dataset}/bigrams.parquet",
+        unigrams=lambda wildcards: f"{counts_folder(wildcards.model, wildcards.dataset)}/unigrams.parquet",
+        bigrams=lambda wildcards: f"{counts_folder(wildcards.model, wildcards.dataset)}/bigrams.parquet",
         model="results/models/{model}",
     output:
         rcos=report(

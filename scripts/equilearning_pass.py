@@ -11,6 +11,7 @@ import torch
 from layerlaws.atomic import write_csv, write_json
 from layerlaws.devices import claim_devices
 from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
+from layerlaws.evaluation import HeldOutEvaluation
 from layerlaws.execution import Execution
 from layerlaws.forward_pass import run_forward_pass
 from layerlaws.logs import run_logged
@@ -26,6 +27,7 @@ def main() -> None:
     statistics = EquilearningStatistics(
         facts, params.offsets, params.norms, params.controls, params.shuffle_seed
     )
+    evaluation = HeldOutEvaluation()
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -37,15 +39,23 @@ def main() -> None:
         placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
         model = load_model(snakemake.input.model, params.dtype, placement)
         report = run_forward_pass(
-            model, facts, tokens, [statistics], execution.batch_size, claim.device
+            model,
+            facts,
+            tokens,
+            [statistics],
+            execution.batch_size,
+            claim.device,
+            logit_observers=[evaluation],
         )
     write_csv(snakemake.output.pr, statistics.table(params.cutoff))
+    write_csv(snakemake.output.evaluation, evaluation.table())
     write_json(snakemake.output.report, {**asdict(facts), **report})
     log.info(
-        "%d rows × %d layers at %.0f tokens/s",
+        "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
         report["n_rows"],
         facts.num_layers + 1,
         report["tokens_per_second"] or 0,
+        evaluation.table()["loss"][0],
     )
 
 

@@ -1,5 +1,6 @@
 """Snakemake entry point: block coupling and trajectories of a prompt set, for the trained
-model and its randomly initialised twin (results/coupling/…, results/trajectories/…)."""
+model and its randomly initialised twin, or for a training checkpoint its own step-0
+weights (results/coupling/…, results/trajectories/…)."""
 
 import logging
 
@@ -32,8 +33,8 @@ def main() -> None:
     prompt_set, output = params.prompts, snakemake.output
     facts = read_facts(snakemake.input.model)
     texts = list(prompt_set["texts"])
-    if snakemake.input.sentences:
-        sample = pl.read_parquet(snakemake.input.sentences[0])
+    for sentences in snakemake.input.sentences:
+        sample = pl.read_parquet(sentences)
         texts += sample["text"].head(prompt_set["n_from_dataset"]).to_list()
     tokenizer = load_tokenizer(snakemake.input.model)
     prompts = tokenize_prompts(
@@ -48,10 +49,13 @@ def main() -> None:
         )
         placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
         trained = load_model(snakemake.input.model, params.dtype, placement, attention="eager")
-        twins = {
-            "trained": trained,
-            "random": randomly_initialised_twin(trained, params.init_seed),
-        }
+        if snakemake.input.initial:
+            initial = load_model(
+                snakemake.input.initial[0], params.dtype, placement, attention="eager"
+            )
+        else:
+            initial = randomly_initialised_twin(trained, params.init_seed)
+        twins = {"trained": trained, "random": initial}
         result = measure_prompt_set(
             twins,
             prompts,

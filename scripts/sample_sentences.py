@@ -1,13 +1,16 @@
 """Snakemake entry point: sample probing texts (results/corpus/{dataset}/sentences.parquet)."""
 
 from layerlaws.atomic import write_parquet
-from layerlaws.corpus import sample_sentences
+from layerlaws.corpus import excluded_sources, sample_sentences
 from layerlaws.logs import run_logged
 
 
 def main() -> None:
     sentences = sample_sentences(
-        snakemake.params.source, snakemake.params.n_samples, snakemake.params.sample_seed
+        snakemake.params.source,
+        snakemake.params.n_samples,
+        snakemake.params.sample_seed,
+        excluded_sources(snakemake.input.exclude),
     )
     write_parquet(snakemake.output[0], sentences)
 

@@ -3,6 +3,7 @@
 import logging
 
 from layerlaws.atomic import atomic_path
+from layerlaws.corpus import excluded_sources
 from layerlaws.execution import Execution
 from layerlaws.logs import run_logged
 from layerlaws.models import load_tokenizer
@@ -14,7 +15,7 @@ def main() -> None:
     tokenizer = load_tokenizer(snakemake.input.model)
     with atomic_path(snakemake.output[0]) as folder:
         counts = tokenize_corpus(
-            iter_texts(snakemake.params.source),
+            iter_texts(snakemake.params.source, excluded_sources(snakemake.input.exclude)),
             tokenizer,
             folder,
             shard_texts=Execution.from_config(snakemake.config).shard_texts,

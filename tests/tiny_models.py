@@ -34,6 +34,7 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "opt": {**_ATTENTION, "ffn_dim": 64, "word_embed_proj_dim": WIDTH},
     "bloom": {"num_attention_heads": 4},
     "falcon": {**_ATTENTION, "num_kv_heads": 4, "ffn_hidden_size": 64},
+    "mpt": {"n_heads": 4, "max_seq_len": 64},
     "xglm": {**_ATTENTION, "ffn_dim": 64},
     "llama": _DECODER,
     "mistral": _DECODER,

@@ -1,0 +1,17 @@
+"""Snakemake entry point: a series' figures (results/series/{series}/*.{format})."""
+
+import polars as pl
+
+from layerlaws.logs import run_logged
+from layerlaws.series_plots import plot_generalisation, plot_quantities
+
+
+def main() -> None:
+    params, output = snakemake.params, snakemake.output
+    summary = pl.read_csv(snakemake.input.summary, infer_schema_length=None)
+    fits = pl.read_csv(snakemake.input.fits, schema_overrides={"dataset": pl.String})
+    plot_quantities(summary, params.x, output.quantities, params.plots, params.title)
+    plot_generalisation(summary, fits, output.generalisation, params.plots, params.title)
+
+
+run_logged(main, snakemake.log[0])

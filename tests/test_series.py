@@ -1,0 +1,385 @@
+"""Series through Snakemake on tiny models: a model trained from scratch (three
+checkpoints) measured as a series, a series of models with external scores, their
+summaries, fits, held-out evaluation, what reruns when a model is added, bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from scipy import stats
+from snakemake.exceptions import WorkflowError
+from snakemake_runs import dry_run, run_ok, scheduled_jobs, snakemake, write_config
+
+from layerlaws.series import expand_models, series_members, series_runs
+from layerlaws.series_summary import coupling_fits, linear_fit
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def series_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
+    """A tiny Llama trained on the texts the probing dataset does not sample, with three
+    checkpoints, as one series; three models with scores as another."""
+    local = {"kind": "local", "path": str(llama_folder)}
+    return {
+        "models": {
+            "tiny-llama": {"source": local, "scores": {"board": 30.0}},
+            "tiny-gpt2": {
+                "source": {"kind": "local", "path": str(gpt2_folder)},
+                "scores": {"board": 20.0},
+            },
+            "tiny-random": {"source": local, "init": "random", "scores": {"board": 10.0}},
+        },
+        "datasets": {
+            "mini": {
+                "source": {"kind": "files", "paths": [str(corpus_file)]},
+                "n_samples": 30,
+                "max_tokens": 24,
+            },
+            "rest": {
+                "source": {"kind": "files", "paths": [str(corpus_file)]},
+                "n_samples": "all",
+                "exclude": ["mini"],
+            },
+        },
+        "training": {
+            "tiny": {
+                "num_layers": 2,
+                "hidden_size": 16,
+                "num_heads": 2,
+                "tokenizer": "tiny-llama",
+                "dataset": "rest",
+                "held_out": "mini",
+                "context": 16,
+                "batch_size": 4,
+                "steps": 8,
+                "warmup_steps": 2,
+                "checkpoints": [0, 2, 8],
+                "eval_every": 4,
+            }
+        },
+        "series": {
+            "tiny": {
+                "models": ["tiny"],
+                "x": "step",
+                "datasets": ["mini"],
+                "prompts": "few",
+                "signatures": "training_corpus",
+            },
+            "family": {
+                "models": ["tiny-random", "tiny-gpt2", "tiny-llama"],
+                "x": "label",
+                "datasets": ["mini"],
+                "prompts": "few",
+            },
+        },
+        "signatures": {"top_tokens": 40},
+        "coupling": {
+            "prompts": {"few": {"dataset": "mini", "n_from_dataset": 1, "max_tokens": 8}},
+            "ks": [2, 4],
+            "lss_window": 2,
+        },
+        "equilearning": {"offsets": [1], "norms": ["model"], "controls": ["none"]},
+        "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
+    }
+
+
+@pytest.fixture(scope="module")
+def series_run(series_config, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("series")
+    write_config(workdir, series_config)
+    run_ok(workdir)
+    return workdir
+
+
+SUMMARY_COLUMNS = [
+    "model",
+    "x",
+    "dataset",
+    "parameters",
+    "num_layers",
+    "hidden_size",
+    "rho",
+    "pearson",
+    "pr_first",
+    "pr_last",
+    "overall_decay",
+    "loss",
+    "perplexity",
+    "accuracy",
+    "miscoupling_all_k2",
+    "miscoupling_offdiagonal_k2",
+    "miscoupling_all_k4",
+    "miscoupling_offdiagonal_k4",
+    "lss_median",
+    "expodistance_median",
+]
+
+
+def test_training_series_summary(series_run):
+    results = series_run / "results"
+    summary = pl.read_csv(results / "series/tiny/summary.csv")
+    assert set([*SUMMARY_COLUMNS, "step", "tokens_seen", "rcos_we_next", "rcos_wu_pre"]) <= set(
+        summary.columns
+    )
+    assert summary.columns[:3] == ["model", "x", "dataset"]
+    assert summary["model"].to_list() == ["tiny@step0", "tiny@step2", "tiny@step8"]
+    assert summary["x"].to_list() == [0, 2, 8] == summary["step"].to_list()
+    assert summary["tokens_seen"].to_list() == [0, 2 * 64, 8 * 64]
+    assert summary["loss"][-1] < summary["loss"][0]
+    curve = pl.read_csv(results / "training/tiny/curve.csv")
+    assert curve.columns == ["step", "tokens_seen", "learning_rate", "train_loss", "held_out_loss"]
+    assert curve["step"].to_list() == list(range(9))
+    checkpoints = pl.read_csv(results / "training/tiny/checkpoints.csv")
+    assert checkpoints["step"].to_list() == [0, 2, 8]
+    for name in ("curve.svg",):
+        assert (results / "training/tiny" / name).stat().st_size > 1000
+    for name in ("quantities.svg", "generalisation.svg"):
+        assert (results / "series/tiny" / name).stat().st_size > 1000
+    facts = json.loads((results / "models/tiny@step2/layerlaws_model.json").read_text())
+    assert facts["source"]["step"] == 2 and facts["source"]["tokens_seen"] == 128
+    assert facts["num_layers"] == 2 and facts["hidden_size"] == 16
+
+
+def test_checkpoints_share_counts_and_couple_against_their_initialisation(series_run):
+    results = series_run / "results"
+    # The training corpus is counted once, for the tokenizer's model, and is the texts
+    # the probing dataset did not sample.
+    assert (results / "signatures/tiny-llama/rest/unigrams.parquet").is_file()
+    assert not (results / "signatures/tiny@step0/rest/unigrams.parquet").exists()
+    probed = set(pl.read_parquet(results / "corpus/mini/sentences.parquet")["source"])
+    trained = set(pl.read_parquet(results / "corpus/rest/sentences.parquet")["source"])
+    assert not probed & trained and len(probed | trained) == 80
+    # The step-0 checkpoint is its own initialisation: trained and random coincide.
+    depth = pl.read_csv(
+        results / "coupling/tiny@step0/few/depth.csv", schema_overrides={"prompt": pl.String}
+    )
+    trained_rows = depth.filter(pl.col("weights") == "trained")["miscoupling"]
+    random_rows = depth.filter(pl.col("weights") == "random")["miscoupling"]
+    assert np.allclose(trained_rows.to_numpy(), random_rows.to_numpy())
+    later = pl.read_csv(
+        results / "coupling/tiny@step8/few/depth.csv", schema_overrides={"prompt": pl.String}
+    )
+    assert np.allclose(
+        later.filter(pl.col("weights") == "random")["miscoupling"].to_numpy(),
+        random_rows.to_numpy(),
+    )
+
+
+def test_held_out_loss_equals_the_model_own_loss(series_run):
+    """results/evaluation/{model}/{dataset}.csv against ``model(input_ids, labels=…)`` on
+    the same tokens: labels of special tokens, of padding, and of a text token following a
+    special token are ignored (-100)."""
+    from transformers import AutoModelForCausalLM
+
+    results = series_run / "results"
+    for model in ("tiny@step8", "tiny-gpt2"):
+        facts = json.loads((results / f"models/{model}/layerlaws_model.json").read_text())
+        folder = facts["weights"] or str(results / "models" / model)
+        network = AutoModelForCausalLM.from_pretrained(folder).eval()
+        tokens = pl.read_parquet(results / f"tokens/{model}/mini.parquet").sort(
+            "sentence_id", "position"
+        )
+        sequences = [part for _, part in tokens.group_by("sentence_id", maintain_order=True)]
+        width = max(len(part) for part in sequences)
+        ids = torch.zeros((len(sequences), width), dtype=torch.long)
+        labels = torch.full((len(sequences), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, part in enumerate(sequences):
+            token_ids = torch.tensor(part["token_id"].to_list())
+            special = part["is_special"].to_list()
+            ids[row, : len(part)], mask[row, : len(part)] = token_ids, 1
+            for t in range(1, len(part)):
+                if not special[t] and not special[t - 1]:
+                    labels[row, t] = token_ids[t]
+        with torch.no_grad():
+            direct = network(input_ids=ids, attention_mask=mask, labels=labels).loss.item()
+        evaluation = pl.read_csv(results / f"evaluation/{model}/mini.csv")
+        assert evaluation.columns == ["n_predictions", "loss", "perplexity", "accuracy"]
+        assert evaluation["n_predictions"][0] == int((labels != -100).sum())
+        assert evaluation["loss"][0] == pytest.approx(direct, rel=1e-5)
+        assert evaluation["perplexity"][0] == pytest.approx(np.exp(direct), rel=1e-5)
+
+
+def test_family_series_fits_scores_against_coupling(series_run):
+    results = series_run / "results/series/family"
+    summary = pl.read_csv(results / "summary.csv")
+    assert summary["x"].to_list() == ["tiny-random", "tiny-gpt2", "tiny-llama"]
+    assert summary["score_board"].to_list() == [10.0, 20.0, 30.0]
+    fits = pl.read_csv(results / "fits.csv")
+    assert set(fits["generalisation"]) == {"score_board", "loss"}
+    assert set(fits["k"]) == {2, 4}
+    row = fits.filter((pl.col("generalisation") == "score_board") & (pl.col("k") == 2)).row(
+        0, named=True
+    )
+    reference = stats.linregress(
+        -summary["miscoupling_all_k2"].to_numpy(), summary["score_board"].to_numpy()
+    )
+    assert row["slope"] == pytest.approx(reference.slope)
+    assert row["r2"] == pytest.approx(reference.rvalue**2)
+    assert row["p_value"] == pytest.approx(reference.pvalue)
+
+
+def test_adding_a_model_to_a_series_reruns_only_its_chain_and_the_summary(
+    series_run, series_config, llama_folder, tmp_path
+):
+    workdir = tmp_path / "copy"
+    shutil.copytree(series_run, workdir, symlinks=True)
+    config = copy.deepcopy(series_config)
+    config["models"]["tiny-random-2"] = {
+        "source": {"kind": "local", "path": str(llama_folder)},
+        "init": "random",
+        "init_seed": 2,
+    }
+    config["series"]["family"]["models"].append("tiny-random-2")
+    write_config(workdir, config)
+    jobs = scheduled_jobs(workdir)
+    one_model = {
+        "prepare_model": 1,
+        "tokenize": 1,
+        "equilearning_pass": 1,
+        "fit_law": 1,
+        "plot_equilearning": 1,
+        "measure_coupling": 1,
+        "plot_coupling": 1,
+    }
+    summaries = {
+        "summarize_equilearning": 1,
+        "plot_summary": 1,
+        "summarize_series": 1,
+        "plot_series": 1,
+    }
+    assert jobs == one_model | summaries | {"all": 1}
+
+
+def test_linear_fit_equals_scipy_linregress():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=12)
+    y = 2.0 * x + rng.normal(scale=0.5, size=12)
+    fit, reference = linear_fit(x, y), stats.linregress(x, y)
+    assert fit["slope"] == pytest.approx(reference.slope, rel=1e-12)
+    assert fit["intercept"] == pytest.approx(reference.intercept, rel=1e-12)
+    assert fit["r2"] == pytest.approx(reference.rvalue**2, rel=1e-12)
+    assert fit["p_value"] == pytest.approx(reference.pvalue, rel=1e-9)
+
+
+def test_fits_need_three_models():
+    summary = pl.DataFrame(
+        {
+            "model": ["a", "b"],
+            "x": [1, 2],
+            "dataset": [None, None],
+            "miscoupling_all_k10": [0.5, 0.6],
+            "score_s": [1.0, 2.0],
+        }
+    )
+    assert coupling_fits(summary).is_empty()
+
+
+# Expansion and bad input.
+
+BASE = {
+    "models": {
+        "pythia": {
+            "source": {"kind": "hub", "id": "EleutherAI/pythia-1b"},
+            "revisions": ["step0", "step512"],
+        },
+        "gpt2": {"source": {"kind": "hub", "id": "gpt2"}},
+    },
+    "training": {},
+    "series": {},
+}
+
+
+def test_revisions_and_checkpoints_expand_into_models():
+    config = copy.deepcopy(BASE)
+    config["training"]["small"] = {"checkpoints": [0, 5], "steps": 5, "batch_size": 2, "context": 8}
+    models = expand_models(config, lambda training, step: f"out/{training}/{step}")
+    assert list(models) == ["pythia@step0", "pythia@step512", "gpt2", "small@step0", "small@step5"]
+    assert models["pythia@step512"]["source"]["revision"] == "step512"
+    assert models["small@step5"]["source"] == {
+        "kind": "local",
+        "path": "out/small/5",
+        "training": "small",
+        "step": 5,
+        "tokens_seen": 80,
+    }
+    config["series"]["s"] = {
+        "models": ["pythia", {"model": "gpt2", "x": 7}],
+        "x": "step",
+        "datasets": ["d"],
+        "prompts": None,
+        "signatures": None,
+    }
+    members = series_members(config, models, "s")
+    assert [(m.model, m.x) for m in members] == [
+        ("pythia@step0", 0),
+        ("pythia@step512", 512),
+        ("gpt2", 7),
+    ]
+    runs = series_runs(config, models)
+    assert [r["model"] for r in runs.equilearning] == ["pythia@step0", "pythia@step512", "gpt2"]
+
+
+@pytest.mark.parametrize(
+    ("series", "message"),
+    [
+        (
+            {"models": ["gpt3"], "x": "label"},
+            "names 'gpt3', which is neither a model nor a training",
+        ),
+        ({"models": ["gpt2"], "x": "step"}, "no x for model 'gpt2'"),
+        (
+            {"models": ["gpt2"], "x": "tokens"},
+            "give it in the series as {model: gpt2, x: <number>}",
+        ),
+    ],
+)
+def test_series_bad_input(series, message):
+    config = copy.deepcopy(BASE)
+    config["series"]["s"] = series | {"datasets": [], "prompts": None, "signatures": None}
+    models = expand_models(config, lambda training, step: "")
+    with pytest.raises(
+        Exception, match=message.replace("{", r"\{").replace("}", r"\}").replace("(", r"\(")
+    ):
+        series_members(config, models, "s")
+
+
+def test_series_naming_an_unknown_model_stops_the_workflow(series_config, tmp_path):
+    config = copy.deepcopy(series_config)
+    config["series"]["family"]["models"].append("gpt5")
+    write_config(tmp_path, config)
+    with pytest.raises(
+        WorkflowError, match="names 'gpt5', which is neither a model nor a training"
+    ):
+        dry_run(tmp_path)
+
+
+def test_training_corpus_too_small_for_one_batch(series_config, tmp_path):
+    config = copy.deepcopy(series_config)
+    config["training"]["tiny"]["batch_size"] = 10_000
+    config["series"] = {}
+    write_config(tmp_path, config)
+    result = snakemake(tmp_path, "results/training/tiny/curve.csv")
+    assert result.returncode != 0
+    log = (tmp_path / "results/logs/train_model/tiny.log").read_text()
+    assert "fewer than one batch (10000)" in log
+    assert not (tmp_path / "results/training/tiny/curve.csv").exists()
+
+
+def test_a_rerun_training_resumes_from_its_checkpoints(series_run, tmp_path):
+    """Snakemake deletes a rerun job's outputs, not the checkpoints: the training resumes
+    from its latest one and writes the same manifest and curve."""
+    workdir = tmp_path / "copy"
+    shutil.copytree(series_run, workdir, symlinks=True)
+    training = workdir / "results/training/tiny"
+    before = {name: (training / name).read_text() for name in ("checkpoints.csv", "curve.csv")}
+    run_ok(workdir, "--forcerun", "train_model", "--", "results/training/tiny/training.json")
+    assert json.loads((training / "training.json").read_text())["resumed_from_step"] == 8
+    assert {name: (training / name).read_text() for name in before} == before

@@ -1,0 +1,196 @@
+"""Training from scratch: the plan (checkpoint steps, learning rate, data order, packing),
+a resumed run ending with the same weights as an uninterrupted one, a trained checkpoint
+loading as a model, and a corpus too small for one batch."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import llama_tokenizer
+from safetensors.torch import load_file
+
+from layerlaws.errors import LayerlawsError
+from layerlaws.training import (
+    CHECKPOINT_FILE,
+    STATE_FILE,
+    model_config,
+    packed_texts,
+    train,
+)
+from layerlaws.training_plan import (
+    TrainingSpec,
+    batch_indices,
+    checkpoint_folder,
+    checkpoint_steps,
+    learning_rate_at,
+    pack_sequences,
+    parameter_count,
+    unigram_cross_entropy,
+    unigram_entropy,
+)
+
+SETTINGS = {
+    "architecture": "llama",
+    "num_layers": 2,
+    "hidden_size": 16,
+    "num_heads": 2,
+    "intermediate_size": None,
+    "tie_embeddings": True,
+    "context": 16,
+    "batch_size": 4,
+    "steps": 12,
+    "learning_rate": 3e-3,
+    "warmup_steps": 3,
+    "final_learning_rate": 0.1,
+    "weight_decay": 0.1,
+    "betas": [0.9, 0.95],
+    "grad_clip": 1.0,
+    "seed": 0,
+    "checkpoints": [0, 2, 5, 12],
+    "eval_every": 4,
+    "held_out_sequences": 4,
+}
+
+
+def spec_of(**changes) -> TrainingSpec:
+    return TrainingSpec.of({**SETTINGS, **changes})
+
+
+def test_checkpoint_steps_are_log_spaced_from_zero() -> None:
+    assert checkpoint_steps(6, 400) == (0, 1, 4, 20, 89, 400)
+    assert checkpoint_steps([5, 0, 5], 10) == (0, 5)
+    with pytest.raises(LayerlawsError, match="beyond steps"):
+        checkpoint_steps([0, 20], 10)
+
+
+def test_learning_rate_warms_up_then_decays_to_its_floor() -> None:
+    spec = spec_of(steps=100, warmup_steps=10, learning_rate=1.0, final_learning_rate=0.1)
+    rates = [learning_rate_at(spec, step) for step in range(100)]
+    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in itertools.pairwise(rates[9:]))
+    assert rates[-1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 89 / 90)))
+
+
+def test_data_order_is_a_seeded_permutation_per_epoch() -> None:
+    spec = spec_of(batch_size=4)
+    epoch = np.concatenate([batch_indices(10, spec, step) for step in range(2)])
+    assert len(set(epoch.tolist())) == 8  # two full batches of distinct sequences
+    assert np.array_equal(batch_indices(10, spec, 2), batch_indices(10, spec, 2))
+    assert not np.array_equal(batch_indices(10, spec, 0), batch_indices(10, spec, 2))
+    with pytest.raises(LayerlawsError, match="fewer than one batch"):
+        batch_indices(3, spec, 0)
+
+
+def test_packing_separates_texts_and_drops_the_tail() -> None:
+    packed = pack_sequences([[1, 2, 3], [4, 5]], eos_id=0, context=3)
+    assert packed.tolist() == [[1, 2, 3], [0, 4, 5]]
+    assert unigram_entropy(np.array([[1, 1, 2, 2]])) == pytest.approx(np.log(2))
+
+
+def test_parameter_count_matches_the_built_model(texts) -> None:
+    tokenizer = llama_tokenizer(texts)
+    from transformers import AutoModelForCausalLM
+
+    for architecture in ("llama", "gpt2"):
+        for tied in (True, False):
+            spec = spec_of(architecture=architecture, tie_embeddings=tied)
+            model = AutoModelForCausalLM.from_config(model_config(spec, tokenizer))
+            expected = sum(p.numel() for p in model.parameters())
+            assert parameter_count(spec, len(tokenizer)) == expected, (architecture, tied)
+
+
+@pytest.fixture(scope="module")
+def corpus(texts):
+    tokenizer = llama_tokenizer(texts)
+    sequences = packed_texts(tokenizer, texts[:60], SETTINGS["context"])
+    held_out = packed_texts(tokenizer, texts[60:], SETTINGS["context"])[:4]
+    return tokenizer, sequences, held_out
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_interrupted_training_resumes_to_the_same_weights(corpus, tmp_path) -> None:
+    tokenizer, sequences, held_out = corpus
+    spec = spec_of()
+    config = model_config(spec, tokenizer)
+    whole = train(spec, config, tokenizer, sequences, held_out, tmp_path / "whole", "cpu")
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_after_step_5(step: int) -> None:
+        if step == 5:
+            raise Interrupted
+
+    interrupted = tmp_path / "interrupted"
+    with pytest.raises(Interrupted):
+        train(spec, config, tokenizer, sequences, held_out, interrupted, "cpu", stop_after_step_5)
+    assert not checkpoint_folder(interrupted, 12).exists()
+    resumed = train(spec, config, tokenizer, sequences, held_out, interrupted, "cpu")
+    assert resumed.resumed_from == 5 and whole.resumed_from is None
+    for step in spec.checkpoints:
+        a, b = (
+            weights(checkpoint_folder(tmp_path / "whole", step)),
+            weights(checkpoint_folder(interrupted, step)),
+        )
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[name], b[name]) for name in a), step
+    assert resumed.curve == whole.curve
+    # The optimizer state is kept only in the latest checkpoint.
+    assert [
+        step
+        for step in spec.checkpoints
+        if (checkpoint_folder(interrupted, step) / STATE_FILE).exists()
+    ] == [12]
+    # Training changed the weights, and the held-out loss fell.
+    first, last = (
+        weights(checkpoint_folder(interrupted, 0)),
+        weights(checkpoint_folder(interrupted, 12)),
+    )
+    assert not all(torch.equal(first[name], last[name]) for name in first)
+    losses = [row["held_out_loss"] for row in whole.checkpoints]
+    assert losses[-1] < losses[0]
+
+
+def test_checkpoints_of_another_run_are_not_resumed(corpus, tmp_path) -> None:
+    tokenizer, sequences, held_out = corpus
+    spec = spec_of(steps=4, checkpoints=[0, 4])
+    config = model_config(spec, tokenizer)
+    train(spec, config, tokenizer, sequences, held_out, tmp_path, "cpu")
+    other = spec_of(steps=4, checkpoints=[0, 4], seed=1)
+    run = train(other, config, tokenizer, sequences, held_out, tmp_path, "cpu")
+    assert run.resumed_from is None
+    saved = json.loads((checkpoint_folder(tmp_path, 4) / CHECKPOINT_FILE).read_text())
+    assert saved["fingerprint"] == other.fingerprint(sequences, held_out)
+
+
+def test_a_checkpoint_is_a_model_whose_loss_is_the_recorded_one(corpus, tmp_path) -> None:
+    """The held-out loss a checkpoint records equals a direct ``labels=`` loss of the
+    saved model on the same sequences."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer, sequences, held_out = corpus
+    spec = spec_of(steps=4, checkpoints=[0, 4])
+    train(spec, model_config(spec, tokenizer), tokenizer, sequences, held_out, tmp_path, "cpu")
+    folder = checkpoint_folder(tmp_path, 4)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.from_numpy(held_out)
+    with torch.no_grad():
+        direct = model(input_ids=ids, labels=ids).loss.item()
+    recorded = json.loads((folder / CHECKPOINT_FILE).read_text())
+    assert recorded["held_out_loss"] == pytest.approx(direct, rel=1e-5)
+    assert recorded["tokens_seen"] == 4 * spec.batch_size * spec.context
+
+
+def test_unigram_cross_entropy_is_add_one_smoothed_frequencies() -> None:
+    train_tokens = np.array([[0, 0, 1, 1]])
+    held = np.array([[2, 0, 2]])  # predicted tokens: 0 and 2
+    # counts + 1 over 3 tokens: 3, 3, 1 of 7
+    expected = -(np.log(3 / 7) + np.log(1 / 7)) / 2
+    assert unigram_cross_entropy(train_tokens, held, 3) == pytest.approx(expected)
