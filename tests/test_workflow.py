@@ -376,5 +376,13 @@ def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(bas
 
 
 def test_paper_config_dry_runs(tmp_path):
-    output = dry_run(tmp_path, configfile=REPO / "configs" / "paper.yaml")
-    assert "equilearning_pass" in output
+    """The paper config plans its runs and its three series: Pythia-1B's checkpoints (one
+    model per revision), the GPT-2 sizes, the coupling of Aubry et al.'s base models."""
+    jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
+    assert jobs["summarize_series"] == 3 and jobs["plot_series"] == 3
+    # 20 models on their datasets, 19 checkpoints and 3 GPT-2 sizes on BookCorpus.
+    assert jobs["equilearning_pass"] == 42
+    # 19 checkpoints and 24 base models on the leaderboard prompts.
+    assert jobs["measure_coupling"] == 43
+    # The four probing datasets the runs use and the six leaderboard datasets.
+    assert jobs["sample_sentences"] == 10
