@@ -102,6 +102,15 @@ def check_enough_rows(tokens: pl.DataFrame, offsets: Sequence[int], hidden_size:
             )
 
 
+def normalized(features: torch.Tensor, norm: str, facts: ModelFacts) -> torch.Tensor:
+    """A layer's ``features`` under ``norm`` (``OUTPUT``: as they are); ``model`` leaves a
+    post-LN model's stream as it is (He & Su apply the default-initialised norm to pre-LN
+    models only: a post-LN block already normalises what it outputs)."""
+    if norm == OUTPUT or (norm == "model" and facts.post_ln):
+        return features
+    return normalize(features, norm, facts.norm_type, facts.norm_eps)
+
+
 class EquilearningStatistics:
     """The co-moments of every layer × norm, streamed from a forward pass (an Observer).
 
@@ -154,7 +163,7 @@ class EquilearningStatistics:
         lacking = [i for i in range(len(self.offsets)) if not defined[:, i].all()]
         prepared: list[tuple[Moments, torch.Tensor]] = []
         for norm in self.norms_of(layer):
-            transformed = features if norm == OUTPUT else self._normalize(features, norm)
+            transformed = self._normalize(features, norm)
             rows = torch.cat([transformed, targets], dim=1)
             prepared.append((self._accumulator(self.total, (layer, norm), rows), rows))
             for index in lacking:
@@ -172,7 +181,7 @@ class EquilearningStatistics:
         return store[key]
 
     def _normalize(self, features: torch.Tensor, norm: str) -> torch.Tensor:
-        return normalize(features, norm, self.facts.norm_type, self.facts.norm_eps)
+        return normalized(features, norm, self.facts)
 
     def table(self, cutoff: float = DEFAULT_CUTOFF) -> pl.DataFrame:
         """PR for every layer 0..L × offset × norm × control (columns of ``PR_SCHEMA``)."""

@@ -98,6 +98,7 @@ class JobPlanner:
             self._on_gpu(),
             self._model(model)["gpus"],
             self.execution.gpu_memory_gb,
+            fuzziness_classes=settings["fuzziness"]["max_classes"],
         )
 
     def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:

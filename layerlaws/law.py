@@ -68,3 +68,25 @@ def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
             }
         )
     return pl.DataFrame(rows)
+
+
+def fuzziness_law_table(fuzziness: pl.DataFrame) -> pl.DataFrame:
+    """The same fit to the separation fuzziness of each norm (``fuzziness.csv``), over
+    layers ≥ 1: ``norm``, ``rho``, ``pearson``, ``fuzziness_first``, ``fuzziness_last``,
+    ``overall_decay``."""
+    rows = []
+    for (norm,), block in sorted(
+        fuzziness.filter(pl.col("layer") >= 1).partition_by("norm", as_dict=True).items()
+    ):
+        fit = fit_law(block["layer"].to_numpy(), block["fuzziness"].to_numpy())
+        rows.append(
+            {
+                "norm": norm,
+                "rho": fit.rho,
+                "pearson": fit.pearson,
+                "fuzziness_first": fit.pr_first,
+                "fuzziness_last": fit.pr_last,
+                "overall_decay": fit.overall_decay,
+            }
+        )
+    return pl.DataFrame(rows)

@@ -147,3 +147,34 @@ def plot_summary(
     axis.set_ylabel("next-token prediction residual")
     axis.legend(fontsize=7)
     save_figure(figure, path, options)
+
+
+def plot_fuzziness(
+    pr: pl.DataFrame,
+    fuzziness: pl.DataFrame,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """Separation fuzziness against layer with its fitted line, beside the next-token PR
+    (both log scale, norm ``model`` if measured; He & Su Fig. S8)."""
+    norm = _preferred(fuzziness["norm"].unique().to_list(), "model")
+    figure, (left, right) = plt.subplots(1, 2, figsize=(options["width"], 3.5))
+    block = fuzziness.filter((pl.col("norm") == norm) & (pl.col("layer") >= 1)).sort("layer")
+    _plot_with_fit(left, block["layer"].to_numpy(), block["fuzziness"].to_numpy(), "fuzziness")
+    left.set_yscale("log")
+    left.set_ylabel("separation fuzziness Tr(SS_w SS_b⁺)")
+    left.set_title(
+        f"{block['n_classes'][0]} next-token classes, {block['n_rows'][0]} rows", fontsize=9
+    )
+    offsets = pr["offset"].unique().to_list()
+    offset = NEXT_TOKEN if NEXT_TOKEN in offsets else offsets[0]
+    _plot_with_fit(right, *_curve(pr, offset, norm, "none"), "prediction residual")
+    _log_axis(right)
+    right.set_ylabel(f"prediction residual of x[t{offset:+d}]")
+    for axis in (left, right):
+        axis.set_xlabel("layer")
+        axis.legend(fontsize=7)
+    figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path, options)

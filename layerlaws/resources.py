@@ -148,9 +148,11 @@ def equilearning_pass_needs(
     on_gpu: bool,
     gpus: int | str,
     gpu_memory_gb: float,
+    fuzziness_classes: int = 0,
 ) -> Needs:
-    """Needs of the equi-learning pass: the model, its statistics on the device, a PR table
-    as output."""
+    """Needs of the equi-learning pass: the model, its statistics on the device (those of
+    the separation fuzziness over at most ``fuzziness_classes`` classes included), a PR
+    table as output."""
     width = size.hidden_size + len(offsets) * len(controls)
     statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
@@ -162,10 +164,19 @@ def equilearning_pass_needs(
         on_gpu,
         gpus,
         gpu_memory_gb,
-        device_bytes=statistics_bytes(size, offsets, norms, controls),
+        device_bytes=statistics_bytes(size, offsets, norms, controls)
+        + fuzziness_bytes(size, norms, fuzziness_classes),
         flops_per_token=statistics_flops,
         output_bytes=rows * 64,
     )
+
+
+def fuzziness_bytes(size: ModelSize, norms: Sequence[str], classes: int) -> int:
+    """Memory of the separation-fuzziness statistics: per layer and norm (the last layer
+    once) a co-moment of the hidden size, the class sums and counts, float64."""
+    matrices = size.num_layers * len(norms) + 1
+    width = size.hidden_size
+    return matrices * (width * width + width + classes * (width + 1)) * 8
 
 
 def hidden_states_bytes(size: ModelSize, n_tokens: int, storage_bytes: int) -> int:

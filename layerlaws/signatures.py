@@ -101,22 +101,29 @@ def r_cos(embedding_cos: np.ndarray, signature_cos: np.ndarray) -> float:
 
 
 def per_token_agreement(
-    embedding_cos: np.ndarray, signature_cos: np.ndarray, chunk_rows: int = 1024
+    embedding_cos: np.ndarray,
+    signature_cos: np.ndarray,
+    include_diagonal: bool = True,
+    chunk_rows: int = 1024,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each token (row), the Pearson correlation of its rows of the two matrices and the
-    mean of its embedding-similarity row, the diagonal left out; two arrays of shape (n,).
+    mean of its embedding-similarity row; two arrays of shape (n,). With
+    ``include_diagonal`` (Yao & Xu Fig. 5C) the whole row, the token itself included, and
+    mean = (1/C)·cos·1; otherwise the diagonal is left out.
 
-    Row sums are taken in float64, chunk by chunk, and the diagonal's share subtracted.
+    Row sums are taken in float64, chunk by chunk, and the diagonal's share subtracted
+    when it is left out.
     """
     n = len(embedding_cos)
-    others = n - 1
+    others = n if include_diagonal else n - 1
+    keep = 0.0 if include_diagonal else 1.0
     correlations, means = np.empty(n), np.empty(n)
     for start in range(0, n, chunk_rows):
         rows = slice(start, min(start + chunk_rows, n))
         x = embedding_cos[rows].astype(np.float64)
         y = signature_cos[rows].astype(np.float64)
         index = np.arange(rows.start, rows.stop)
-        x_ii, y_ii = x[index - start, index], y[index - start, index]
+        x_ii, y_ii = keep * x[index - start, index], keep * y[index - start, index]
         sum_x, sum_y = x.sum(axis=1) - x_ii, y.sum(axis=1) - y_ii
         cross = np.einsum("ij,ij->i", x, y) - x_ii * y_ii - sum_x * sum_y / others
         var_x = np.einsum("ij,ij->i", x, x) - x_ii**2 - sum_x**2 / others
@@ -157,10 +164,12 @@ def compare(
     signature_cos: Mapping[str, np.ndarray],
     tokens: np.ndarray,
     labels: list[str],
+    per_token_diagonal: str = "include",
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The three views of every pair: ``rcos`` (matrix, signature, r_cos, n_tokens),
-    ``per_token`` (matrix, signature, token, text, correlation, mean_similarity) and
-    ``percentiles`` (matrix, signature, decile, mean, q25, median, q75, n_pairs)."""
+    ``per_token`` (matrix, signature, token, text, correlation, mean_similarity; each row
+    with its diagonal entry if ``per_token_diagonal`` is ``include``) and ``percentiles``
+    (matrix, signature, decile, mean, q25, median, q75, n_pairs)."""
     rcos = pl.DataFrame(
         [
             (matrix, signature, r_cos(embedding_cos[matrix], signature_cos[signature]), len(tokens))
@@ -180,7 +189,9 @@ def compare(
     }
     token_views, decile_views = [], []
     for matrix, signature in PROFILED_PAIRS:
-        correlation, mean = per_token_agreement(embedding_cos[matrix], signature_cos[signature])
+        correlation, mean = per_token_agreement(
+            embedding_cos[matrix], signature_cos[signature], per_token_diagonal == "include"
+        )
         token_views.append(
             pl.DataFrame(
                 {
@@ -256,6 +267,7 @@ def compare_with_embeddings(
     tied: bool,
     top_tokens: int,
     decode: Callable[[int], str],
+    per_token_diagonal: str = "include",
 ) -> SignatureComparison:
     """Signatures of the ``top_tokens`` most frequent eligible tokens against the rows of
     W_E (V, d) and W_U (V, d); tokens whose embedding row is all zero are left out.
@@ -279,7 +291,9 @@ def compare_with_embeddings(
     embedding_cos["W_U"] = (
         embedding_cos["W_E"] if tied else cosine_matrix(output_embeddings[tokens])
     )
-    rcos, per_token, deciles = compare(embedding_cos, signature_cos, tokens, labels)
+    rcos, per_token, deciles = compare(
+        embedding_cos, signature_cos, tokens, labels, per_token_diagonal
+    )
     summary = {
         "tied_embeddings": tied,
         "n_tokens": len(tokens),

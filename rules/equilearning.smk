@@ -10,6 +10,7 @@ rule equilearning_pass:
         pr="results/equilearning/{model}/{dataset}/pr.csv",
         report="results/equilearning/{model}/{dataset}/pass.json",
         evaluation="results/evaluation/{model}/{dataset}.csv",
+        fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
     log:
         "results/logs/equilearning_pass/{model}/{dataset}.log",
     threads: 4
@@ -21,6 +22,7 @@ rule equilearning_pass:
         controls=config["equilearning"]["controls"],
         shuffle_seed=config["equilearning"]["shuffle_seed"],
         cutoff=config["equilearning"]["cutoff"],
+        fuzziness=config["equilearning"]["fuzziness"],
         dtype=model_dtype,
     script:
         "../scripts/equilearning_pass.py"
@@ -28,9 +30,11 @@ rule equilearning_pass:
 
 rule fit_law:
     input:
-        "results/equilearning/{model}/{dataset}/pr.csv",
+        pr="results/equilearning/{model}/{dataset}/pr.csv",
+        fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
     output:
-        "results/equilearning/{model}/{dataset}/law.csv",
+        law="results/equilearning/{model}/{dataset}/law.csv",
+        fuzziness="results/equilearning/{model}/{dataset}/fuzziness_law.csv",
     log:
         "results/logs/fit_law/{model}/{dataset}.log",
     script:
@@ -41,6 +45,7 @@ rule plot_equilearning:
     input:
         pr="results/equilearning/{model}/{dataset}/pr.csv",
         law="results/equilearning/{model}/{dataset}/law.csv",
+        fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
     output:
         law=report(
             f"results/equilearning/{{model}}/{{dataset}}/law.{PLOT_FORMAT}",
@@ -51,6 +56,12 @@ rule plot_equilearning:
         norms=report(
             f"results/equilearning/{{model}}/{{dataset}}/norms.{PLOT_FORMAT}",
             caption="../report/norms.rst",
+            category="Equi-learning",
+            subcategory="{model} on {dataset}",
+        ),
+        fuzziness=report(
+            f"results/equilearning/{{model}}/{{dataset}}/fuzziness.{PLOT_FORMAT}",
+            caption="../report/fuzziness.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),

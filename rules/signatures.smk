@@ -75,6 +75,7 @@ rule compare_signatures:
         "results/logs/compare_signatures/{model}/{dataset}.log",
     params:
         top_tokens=config["signatures"]["top_tokens"],
+        per_token_diagonal=config["signatures"]["per_token_diagonal"],
     script:
         "../scripts/compare_signatures.py"
 

@@ -22,6 +22,7 @@ def main() -> None:
         tied,
         snakemake.params.top_tokens,
         lambda token: tokenizer.decode([token]),
+        snakemake.params.per_token_diagonal,
     )
     logging.getLogger("layerlaws").info("%s\nR_cos:\n%s", result.summary, result.rcos)
     write_csv(snakemake.output.rcos, result.rcos)

@@ -14,6 +14,7 @@ from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
 from layerlaws.evaluation import HeldOutEvaluation
 from layerlaws.execution import Execution
 from layerlaws.forward_pass import run_forward_pass
+from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
 from layerlaws.logs import run_logged
 from layerlaws.models import load_model, plan_placement, read_facts
 
@@ -28,6 +29,10 @@ def main() -> None:
         facts, params.offsets, params.norms, params.controls, params.shuffle_seed
     )
     evaluation = HeldOutEvaluation()
+    classes = fuzziness_classes(
+        tokens, params.fuzziness["min_rows"], params.fuzziness["max_classes"]
+    )
+    fuzziness = SeparationFuzziness(facts, params.norms, classes)
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -42,13 +47,14 @@ def main() -> None:
             model,
             facts,
             tokens,
-            [statistics],
+            [statistics, fuzziness],
             execution.batch_size,
             claim.device,
             logit_observers=[evaluation],
         )
     write_csv(snakemake.output.pr, statistics.table(params.cutoff))
     write_csv(snakemake.output.evaluation, evaluation.table())
+    write_csv(snakemake.output.fuzziness, fuzziness.table(params.cutoff))
     write_json(snakemake.output.report, {**asdict(facts), **report})
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",

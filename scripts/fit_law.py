@@ -1,14 +1,17 @@
-"""Snakemake entry point: fit the law of equi-learning (results/equilearning/…/law.csv)."""
+"""Snakemake entry point: fit the law of equi-learning to the prediction residuals and to
+the separation fuzziness (results/equilearning/…/law.csv, fuzziness_law.csv)."""
 
 import polars as pl
 
 from layerlaws.atomic import write_csv
-from layerlaws.law import law_table
+from layerlaws.law import fuzziness_law_table, law_table
 from layerlaws.logs import run_logged
 
 
 def main() -> None:
-    write_csv(snakemake.output[0], law_table(pl.read_csv(snakemake.input[0])))
+    write_csv(snakemake.output.law, law_table(pl.read_csv(snakemake.input.pr)))
+    fuzziness = pl.read_csv(snakemake.input.fuzziness)
+    write_csv(snakemake.output.fuzziness, fuzziness_law_table(fuzziness))
 
 
 run_logged(main, snakemake.log[0])

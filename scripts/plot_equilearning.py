@@ -1,9 +1,9 @@
-"""Snakemake entry point: law and norm-mode figures of one model × dataset."""
+"""Snakemake entry point: law, norm-mode and fuzziness figures of one model × dataset."""
 
 import polars as pl
 
 from layerlaws.logs import run_logged
-from layerlaws.plots import plot_law, plot_norms
+from layerlaws.plots import plot_fuzziness, plot_law, plot_norms
 
 
 def main() -> None:
@@ -12,6 +12,8 @@ def main() -> None:
     options = snakemake.params.plots
     plot_law(pr, law, snakemake.output.law, snakemake.params.title, options)
     plot_norms(pr, snakemake.output.norms, snakemake.params.title, options)
+    fuzziness = pl.read_csv(snakemake.input.fuzziness)
+    plot_fuzziness(pr, fuzziness, snakemake.output.fuzziness, snakemake.params.title, options)
 
 
 run_logged(main, snakemake.log[0])

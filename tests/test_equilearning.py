@@ -119,3 +119,21 @@ def test_too_few_rows_is_a_clear_error_before_the_model_runs(pass_):
     few = tokens.filter(pl.col("sentence_id") == 0)
     with pytest.raises(LayerlawsError, match="Sample more or longer texts"):
         check_enough_rows(few, [1], facts.hidden_size)
+
+
+def test_a_post_ln_model_gets_no_extra_norm(texts, tmp_path):
+    """GPT-1 normalises each block's output: under ``model`` its layers are used as they
+    are, so every PR equals the one without normalisation."""
+    from conftest import llama_tokenizer
+    from tiny_models import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "gpt1", "openai-gpt", llama_tokenizer(texts))
+    facts, _, statistics, _ = measured(folder, texts[:60], tmp_path, batch_size=16, keep=False)
+    assert facts.post_ln
+    table = statistics.table()
+    keys = ["layer", "offset", "control"]
+    model = table.filter(pl.col("norm") == "model").sort(keys)["pr"].to_numpy()
+    none = table.filter(pl.col("norm") == "none").sort(keys)["pr"].to_numpy()
+    standardized = table.filter(pl.col("norm") == "standardize").sort(keys)["pr"].to_numpy()
+    assert np.array_equal(model, none)
+    assert not np.allclose(model, standardized)

@@ -9,9 +9,15 @@ from transformers import LlamaConfig
 
 from layerlaws.equilearning import EquilearningStatistics
 from layerlaws.forward_pass import run_forward_pass
+from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
 from layerlaws.job_needs import config_size
 from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.resources import ModelSize, equilearning_pass_needs, statistics_bytes
+from layerlaws.resources import (
+    ModelSize,
+    equilearning_pass_needs,
+    fuzziness_bytes,
+    statistics_bytes,
+)
 from layerlaws.tokens import tokenize_sentences
 
 OFFSETS, NORMS, CONTROLS = (
@@ -44,14 +50,16 @@ def test_a_13b_model_is_sized_from_its_config_alone(llama_13b):
 def test_the_pass_of_a_13b_model_needs_what_hand_arithmetic_says(llama_13b, gpus):
     size = config_size(llama_13b)
     needs = equilearning_pass_needs(
-        size, "bfloat16", 200 * 512, 8 * 512, OFFSETS, NORMS, CONTROLS, True, gpus, 80
+        size, "bfloat16", 200 * 512, 8 * 512, OFFSETS, NORMS, CONTROLS, True, gpus, 80, 1000
     )
     width = 5120 + 4 * 2
     statistics = (40 * 3 + 1) * (1 + 3) * (width * width + width) * 8
     assert statistics == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
-    device = 13_015_864_320 * 2 + 8 * 512 * (40 + 1 + 24) * 5120 * 2 + statistics
+    fuzziness = (40 * 3 + 1) * (5120 * 5120 + 5120 + 1000 * 5121) * 8
+    assert fuzziness == fuzziness_bytes(size, NORMS, 1000)
+    device = 13_015_864_320 * 2 + 8 * 512 * (40 + 1 + 24) * 5120 * 2 + statistics + fuzziness
     expected_gpus = math.ceil(device / (80 * 2**30 * 0.9)) if gpus == "auto" else gpus
-    assert expected_gpus == (2 if gpus == "auto" else gpus)
+    assert expected_gpus == (3 if gpus == "auto" else gpus)
     assert needs.gpu == expected_gpus
     assert needs.gpu_mb == math.ceil(device / expected_gpus / 2**20)
     assert needs.mem_mb < 8 * 1024 and needs.disk_mb == 1 and needs.runtime >= 10
@@ -70,3 +78,17 @@ def test_the_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_pat
     )
     size = ModelSize(facts.parameters, facts.num_layers, facts.hidden_size, facts.vocab_size)
     assert held == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
+
+
+def test_the_fuzziness_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_path):
+    facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
+    sentences = pl.DataFrame({"sentence_id": range(20), "text": texts[:20], "source": "t"})
+    tokens = tokenize_sentences(sentences, load_tokenizer(tmp_path / "m"), max_tokens=20)
+    classes = fuzziness_classes(tokens, min_rows=3, max_classes=50)
+    observer = SeparationFuzziness(facts, NORMS, classes)
+    model = load_model(tmp_path / "m", "float32", "cpu")
+    run_forward_pass(model, facts, tokens, [observer], 8, "cpu", progress=False)
+    held = sum(m.comoment.nbytes + m.mean.nbytes for m in observer.total.values())
+    held += sum(t.nbytes for t in [*observer.sums.values(), *observer.counts.values()])
+    size = ModelSize(facts.parameters, facts.num_layers, facts.hidden_size, facts.vocab_size)
+    assert held == fuzziness_bytes(size, NORMS, len(classes))

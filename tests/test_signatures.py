@@ -78,13 +78,16 @@ def test_rcos_is_one_for_the_signatures_themselves_and_near_zero_for_random(coun
     assert abs(r_cos(random_a, random_b)) < 0.02
 
 
-def test_per_token_agreement_matches_a_loop():
+@pytest.mark.parametrize("include_diagonal", [True, False])
+def test_per_token_agreement_matches_a_loop(include_diagonal):
+    """The paper's view correlates whole rows (mean = (1/C)·cos·1); the other leaves the
+    token itself out."""
     rng = np.random.default_rng(2)
     a = cosine_matrix(rng.normal(size=(40, 8)))
     b = cosine_matrix(a @ rng.normal(size=(40, 40)) * 0.1 + rng.normal(size=(40, 40)))
-    correlation, mean = per_token_agreement(a, b, chunk_rows=7)
+    correlation, mean = per_token_agreement(a, b, include_diagonal, chunk_rows=7)
     for i in range(40):
-        keep = np.arange(40) != i
+        keep = np.ones(40, dtype=bool) if include_diagonal else np.arange(40) != i
         assert correlation[i] == pytest.approx(np.corrcoef(a[i, keep], b[i, keep])[0, 1], abs=1e-6)
         assert mean[i] == pytest.approx(a[i, keep].mean(), abs=1e-6)
 
