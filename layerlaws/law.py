@@ -90,3 +90,21 @@ def fuzziness_law_table(fuzziness: pl.DataFrame) -> pl.DataFrame:
             }
         )
     return pl.DataFrame(rows)
+
+
+def best_datasets(summary: pl.DataFrame, norm: str = "model") -> pl.DataFrame:
+    """Per model, its probing datasets ranked by the strength of the next-token law (the
+    most negative Pearson r first; norm ``norm`` if measured, no control), as He & Su
+    report each model on its best set: ``model``, ``rank`` (1 = best), ``dataset``,
+    ``pearson``, ``rho``, ``chosen`` (rank 1)."""
+    norms = summary["norm"].unique().to_list()
+    used = norm if norm in norms else sorted(norms)[0]
+    next_token = summary.filter(
+        (pl.col("offset") == 1) & (pl.col("norm") == used) & (pl.col("control") == "none")
+    )
+    ranked = next_token.sort(["model", "pearson"]).with_columns(
+        pl.col("pearson").rank("ordinal").over("model").cast(pl.Int64).alias("rank")
+    )
+    return ranked.select(
+        "model", "rank", "dataset", "pearson", "rho", (pl.col("rank") == 1).alias("chosen")
+    ).sort(["model", "rank"])

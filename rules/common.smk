@@ -200,6 +200,7 @@ def equilearning_folder(model, dataset):
 def final_outputs():
     outputs = [
         "results/equilearning/summary.csv",
+        "results/equilearning/best_datasets.csv",
         f"results/equilearning/summary.{PLOT_FORMAT}",
     ]
     for model, dataset in runs():

@@ -78,9 +78,14 @@ rule summarize_equilearning:
     input:
         law=[f"{equilearning_folder(m, d)}/law.csv" for m, d in runs()],
     output:
-        report(
+        summary=report(
             "results/equilearning/summary.csv",
             caption="../report/summary_table.rst",
+            category="Summary",
+        ),
+        best=report(
+            "results/equilearning/best_datasets.csv",
+            caption="../report/best_datasets.rst",
             category="Summary",
         ),
     log:

@@ -1,8 +1,10 @@
-"""Snakemake entry point: one table of all law fits (results/equilearning/summary.csv)."""
+"""Snakemake entry point: one table of all law fits and each model's datasets ranked by
+the strength of its law (results/equilearning/summary.csv, best_datasets.csv)."""
 
 import polars as pl
 
 from layerlaws.atomic import write_csv
+from layerlaws.law import best_datasets
 from layerlaws.logs import run_logged
 
 
@@ -13,7 +15,9 @@ def main() -> None:
         )
         for (model, dataset), path in zip(snakemake.params.runs, snakemake.input.law, strict=True)
     ]
-    write_csv(snakemake.output[0], pl.concat(tables))
+    summary = pl.concat(tables)
+    write_csv(snakemake.output.summary, summary)
+    write_csv(snakemake.output.best, best_datasets(summary))
 
 
 run_logged(main, snakemake.log[0])

@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from layerlaws.law import fit_law, law_table
+from layerlaws.law import best_datasets, fit_law, law_table
 
 
 def test_exactly_geometric_pr():
@@ -59,3 +59,27 @@ def test_law_table_ignores_layer_zero_and_groups_keys():
     ]
     assert len(table) == 2
     assert table["rho"].to_list() == pytest.approx([0.9, 0.9])
+
+
+def test_best_datasets_rank_each_model_by_its_strongest_law():
+    rows = []
+    for model, dataset, pearson in [("a", "x", -0.9), ("a", "y", -0.99), ("b", "x", -0.5)]:
+        for norm in ("model", "none"):
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "offset": 1,
+                    "norm": norm,
+                    "control": "none",
+                    "rho": 0.9,
+                    "pearson": pearson if norm == "model" else 0.0,
+                }
+            )
+    rows.append({**rows[0], "offset": 0, "pearson": -1.0})
+    ranked = best_datasets(pl.DataFrame(rows))
+    assert ranked.select("model", "rank", "dataset", "chosen").rows() == [
+        ("a", 1, "y", True),
+        ("a", 2, "x", False),
+        ("b", 1, "x", True),
+    ]

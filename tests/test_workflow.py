@@ -89,6 +89,13 @@ def test_outputs_and_their_columns(finished):
     summary = pl.read_csv(results / "equilearning/summary.csv")
     assert summary.columns[:2] == ["model", "dataset"] and len(summary) == 2 * 24
     assert (results / "equilearning/summary.svg").is_file()
+    best = pl.read_csv(results / "equilearning/best_datasets.csv")
+    assert best.columns == ["model", "rank", "dataset", "pearson", "rho", "chosen"]
+    assert sorted(best["model"]) == ["tiny-gpt2", "tiny-llama"] and best["chosen"].all()
+    fuzziness = pl.read_csv(results / "equilearning/tiny-llama/mini/fuzziness.csv")
+    assert fuzziness.columns == ["layer", "norm", "fuzziness", "n_classes", "n_rows"]
+    assert len(fuzziness) == 5 * 3 and (fuzziness["fuzziness"] > 0).all()
+    assert (results / "equilearning/tiny-llama/mini/fuzziness.svg").stat().st_size > 1000
     log = (results / "logs/equilearning_pass/tiny-llama/mini.log").read_text()
     assert "running on cpu" in log
 
