@@ -147,20 +147,25 @@ def plot_pca(
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
 ) -> None:
-    """Token trajectories of the first prompt on their top two principal components (Fig. 17
-    style); darker points are deeper layers. The first token is left out: in trained models
-    it carries massive activations (an attention sink) that would be the only thing the
-    components show."""
+    """Token trajectories of the first prompt on the top two principal components of their
+    last layer (Fig. 17 style, Appendix A.2.1); darker points are deeper layers, the last
+    token's line is black and the first token's orange (in trained models it often carries
+    massive activations, an attention sink, and lies far from the others)."""
     figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.2))
     for axis, weights in zip(axes, WEIGHTS, strict=True):
         stream = streams[f"{weights}/0"]  # (L + 1, T, d)
-        projected = pca_projection(np.transpose(stream, (1, 0, 2))[1:])
+        projected = pca_projection(np.transpose(stream, (1, 0, 2)))
         depth = np.linspace(0.2, 1, projected.shape[1])
-        for token in projected:
-            axis.plot(token[:, 0], token[:, 1], "-", color="0.7", linewidth=0.6)
+        last = len(projected) - 1
+        for index, token in enumerate(projected):
+            color, label = {0: ("tab:orange", "first token"), last: ("black", "last token")}.get(
+                index, ("0.7", None)
+            )
+            axis.plot(token[:, 0], token[:, 1], "-", color=color, linewidth=0.6, label=label)
             axis.scatter(token[:, 0], token[:, 1], c=depth, cmap="Blues", s=6)
         axis.set_title(weights, fontsize=9)
-        axis.set_xlabel("PC 1")
-        axis.set_ylabel("PC 2")
-    figure.suptitle(f"{title}: trajectories of the first prompt's tokens 2…T", fontsize=10)
+        axis.set_xlabel("PC 1 of the last layer")
+        axis.set_ylabel("PC 2 of the last layer")
+        axis.legend(fontsize=7)
+    figure.suptitle(f"{title}: trajectories of the first prompt's tokens", fontsize=10)
     save_figure(figure, path, options)

@@ -39,9 +39,15 @@ def expodistance(trajectory: np.ndarray) -> float:
 
 
 def pca_projection(trajectories: np.ndarray) -> np.ndarray:
-    """Project trajectories (n_tokens, L + 1, d) on the top two principal components of all
-    their points; returns (n_tokens, L + 1, 2)."""
-    points = np.asarray(trajectories, dtype=np.float64).reshape(-1, trajectories.shape[-1])
-    centred = points - points.mean(axis=0)
-    _, _, components = np.linalg.svd(centred, full_matrices=False)
-    return (centred @ components[:2].T).reshape(*trajectories.shape[:2], 2)
+    """Project trajectories (n_tokens, L + 1, d) on the top two principal components of
+    their last layer's points X^L (paper 004, Appendix A.2.1: PC_L is fitted to the last
+    layer), centred by the mean of X^L; returns (n_tokens, L + 1, 2) float64 (a second
+    coordinate of 0 when X^L spans one direction only)."""
+    points = np.asarray(trajectories, dtype=np.float64)
+    last = points[:, -1, :]
+    mean = last.mean(axis=0)
+    _, _, components = np.linalg.svd(last - mean, full_matrices=False)
+    projected = (points - mean) @ components[:2].T
+    if projected.shape[-1] < 2:
+        projected = np.concatenate([projected, np.zeros_like(projected)], axis=-1)
+    return projected

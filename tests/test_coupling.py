@@ -115,3 +115,26 @@ def test_line_shape_and_expodistance():
     uneven = units * np.array([1, 2, 2.5, 10, 11, 30, 31, 100])[:, None]
     assert expodistance(uneven) > 0.1
     assert pca_projection(rng.normal(size=(3, 8, 16))).shape == (3, 8, 2)
+
+
+def test_pca_is_fitted_on_the_last_layer():
+    """The last layer varies along e1, the earlier layers far more along e2: the first
+    component is e1 (fitted on X^L), not e2 (which a fit on all points would pick)."""
+    rng = np.random.default_rng(4)
+    tokens, layers, width = 6, 5, 10
+    trajectories = np.zeros((tokens, layers, width))
+    trajectories[:, :-1, 1] = rng.normal(scale=100.0, size=(tokens, layers - 1))
+    spread = rng.normal(size=tokens)
+    trajectories[:, -1, 0] = spread
+    trajectories[:, -1, 2] = 0.1 * rng.normal(size=tokens)
+    projected = pca_projection(trajectories)
+    last = trajectories[:, -1, :]
+    centred = last - last.mean(axis=0)
+    reference = np.linalg.svd(centred, full_matrices=False)[2][:2]
+    expected = (trajectories - last.mean(axis=0)) @ reference.T
+    np.testing.assert_allclose(np.abs(projected), np.abs(expected), atol=1e-9)
+    np.testing.assert_allclose(
+        np.abs(projected[:, -1, 0]), np.abs(spread - spread.mean()), atol=0.05
+    )
+    # The earlier layers' large spread along e2 does not show on the first component.
+    assert np.ptp(projected[:, :-1, 0]) < 1e-9
