@@ -52,7 +52,7 @@ def measure_prompt(
     ks: Sequence[int],
     svd: str = "full",
     vjp_chunk: int = 64,
-    lss_window: int = 5,
+    lss_window: int = 11,
 ) -> PromptMeasurement:
     """Measure one prompt ``input_ids`` (1, T). Layers are numbered 1..L (block l maps
     x^{l-1} to x^l); tokens 0..T−1."""
@@ -115,11 +115,10 @@ def measure_prompt(
                 "expodistance": expodistance(trajectory),
             }
         )
-        if n_layers >= lss_window:
-            result.windows += [
-                {"token": token, "start_layer": start, "lss": float(value)}
-                for start, value in enumerate(windowed_line_shape(trajectory, lss_window))
-            ]
+        result.windows += [
+            {"token": token, "layer": layer, "lss": float(value)}
+            for layer, value in enumerate(windowed_line_shape(trajectory, lss_window), start=1)
+        ]
     return result
 
 
@@ -144,7 +143,7 @@ class PromptSetMeasurement:
     trajectories: pl.DataFrame
     """weights, prompt, token, lss, expodistance, text."""
     windows: pl.DataFrame
-    """weights, prompt, token, start_layer, lss."""
+    """weights, prompt, token, layer, lss."""
     factors: dict[str, np.ndarray]
     """``<weights>/<prompt>/{u,s,v}``: top-K factors of the last-token Jacobians."""
     streams: dict[str, np.ndarray]

@@ -19,13 +19,16 @@ def line_shape_score(trajectory: np.ndarray) -> float:
     return float(moving.sum() / covered) if covered > 0 else float("inf")
 
 
-def windowed_line_shape(trajectory: np.ndarray, window: int) -> np.ndarray:
-    """LSS of every run of ``window`` consecutive steps, shape (L − window + 1,)."""
+def windowed_line_shape(trajectory: np.ndarray, width: int) -> np.ndarray:
+    """LSS of the window of ``width`` steps centred on each block l = 1…L (paper 004: width
+    11): the steps of blocks l − ⌊width/2⌋ … l + ⌊width/2⌋, cut at the first and last
+    block; shape (L,)."""
     layers = len(trajectory) - 1
+    half = width // 2
     return np.array(
         [
-            line_shape_score(trajectory[start : start + window + 1])
-            for start in range(layers - window + 1)
+            line_shape_score(trajectory[max(layer - half, 1) - 1 : min(layer + half, layers) + 1])
+            for layer in range(1, layers + 1)
         ]
     )
 

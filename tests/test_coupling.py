@@ -107,6 +107,18 @@ def test_line_shape_and_expodistance():
     assert line_shape_score(bent) == pytest.approx(3 / math.sqrt(5))
     assert line_shape_score(bent) > 1
     np.testing.assert_allclose(windowed_line_shape(bent, 1), [1, 1, 1])
+
+
+def test_line_shape_windows_are_centred_and_cut_at_the_ends():
+    rng = np.random.default_rng(5)
+    trajectory = rng.normal(size=(13, 6))  # 12 blocks
+    windows = windowed_line_shape(trajectory, 11)
+    assert windows.shape == (12,)
+    # Block 6 sees blocks 1…11, block 1 sees 1…6, block 12 sees 7…12.
+    assert windows[5] == pytest.approx(line_shape_score(trajectory[0:12]))
+    assert windows[0] == pytest.approx(line_shape_score(trajectory[0:7]))
+    assert windows[11] == pytest.approx(line_shape_score(trajectory[6:13]))
+    assert windowed_line_shape(trajectory, 3)[4] == pytest.approx(line_shape_score(trajectory[3:7]))
     rng = np.random.default_rng(1)
     units = rng.normal(size=(8, 16))
     units /= np.linalg.norm(units, axis=1, keepdims=True)

@@ -181,7 +181,8 @@ def test_coupling_and_trajectory_outputs(finished):
     assert shape.columns == ["weights", "prompt", "token", "lss", "expodistance", "text"]
     assert (shape["lss"] >= 1 - 1e-9).all()
     windows = pl.read_csv(trajectories / "windows.csv")
-    assert windows["start_layer"].max() == 2
+    assert windows.columns == ["weights", "prompt", "token", "layer", "lss"]
+    assert sorted(windows["layer"].unique()) == [1, 2, 3, 4]
     for name in ("shape", "pca"):
         assert (trajectories / f"{name}.svg").stat().st_size > 1000
 
