@@ -181,13 +181,13 @@ class JobPlanner:
         owner = self.config["training"][wildcards.training]["tokenizer"]
         size = self._known_size(owner, input.tokenizer)
         vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
-        return self._training(spec, ModelSize(0, 0, 0, vocab_size))
+        return self._training(spec, vocab_size)
 
-    def _training(self, spec: TrainingSpec, size: ModelSize) -> Needs:
-        """Needs of a training; only ``size.vocab_size`` is read (the rest is ``spec``'s)."""
+    def _training(self, spec: TrainingSpec, vocab_size: int) -> Needs:
+        """Needs of a training with a vocabulary of ``vocab_size``."""
         return training_needs(
-            parameter_count(spec, size.vocab_size),
-            size.vocab_size,
+            parameter_count(spec, vocab_size),
+            vocab_size,
             spec.batch_size * spec.context,
             spec.steps,
             len(spec.checkpoints),
@@ -294,7 +294,7 @@ class JobPlanner:
                     "tokens": spec.tokens_seen(spec.steps),
                     "tokens_known": "",
                     "cache_bytes_float32": 0,
-                    **asdict(self._training(spec, size)),
+                    **asdict(self._training(spec, size.vocab_size)),
                 }
             )
         return rows

@@ -171,18 +171,27 @@ def series_runs(config: Mapping[str, Any], models: Mapping[str, Any]) -> SeriesR
                 runs.equilearning.append({"model": member.model, "dataset": dataset})
             if settings["prompts"] is not None:
                 runs.coupling.append({"model": member.model, "prompts": settings["prompts"]})
-            corpus = settings["signatures"]
-            if corpus == TRAINING_CORPUS:
-                training = models[member.model]["source"].get("training")
-                if training is None:
-                    raise LayerlawsError(
-                        f"config series.{name}.signatures is {TRAINING_CORPUS!r}, but "
-                        f"{member.model!r} is not a training checkpoint"
-                    )
-                corpus = config["training"][training]["dataset"]
+            corpus = signature_corpus(config, models, name, member.model)
             if corpus is not None:
                 runs.signatures.append({"model": member.model, "dataset": corpus})
     return runs
+
+
+def signature_corpus(
+    config: Mapping[str, Any], models: Mapping[str, Any], name: str, model: str
+) -> str | None:
+    """The corpus ``series.<name>`` compares ``model``'s embeddings with: its
+    ``signatures`` entry, a checkpoint's own training dataset for ``training_corpus``."""
+    corpus = config["series"][name]["signatures"]
+    if corpus != TRAINING_CORPUS:
+        return corpus
+    training = models[model]["source"].get("training")
+    if training is None:
+        raise LayerlawsError(
+            f"config series.{name}.signatures is {TRAINING_CORPUS!r}, but {model!r} is not a "
+            f"training checkpoint"
+        )
+    return config["training"][training]["dataset"]
 
 
 def tokenizer_owner(models: Mapping[str, Any], config: Mapping[str, Any], model: str) -> str:

@@ -84,8 +84,8 @@ def signature_columns(path: str) -> dict[str, float]:
     return {"rcos_we_next": pick("W_E", "next"), "rcos_wu_pre": pick("W_U", "pre")}
 
 
-def model_columns(facts_path: str, scores: Mapping[str, float]) -> dict[str, Any]:
-    """Size from a prepared model's facts, step and tokens seen of a checkpoint, scores."""
+def model_columns(facts_path: str) -> dict[str, Any]:
+    """Size from a prepared model's facts, step and tokens seen of a checkpoint."""
     facts = json.loads(Path(facts_path).read_text())
     columns: dict[str, Any] = {
         "parameters": facts["parameters"],
@@ -95,7 +95,7 @@ def model_columns(facts_path: str, scores: Mapping[str, float]) -> dict[str, Any
     for key in ("step", "tokens_seen"):
         if key in facts["source"]:
             columns[key] = facts["source"][key]
-    return columns | {f"score_{name}": float(value) for name, value in scores.items()}
+    return columns
 
 
 def series_summary(members: Sequence[Mapping[str, Any]], x_kind: str, norm: str) -> pl.DataFrame:
@@ -105,7 +105,8 @@ def series_summary(members: Sequence[Mapping[str, Any]], x_kind: str, norm: str)
     and ``depth``, ``trajectories``, ``rcos`` (a path or None)."""
     rows = []
     for member in members:
-        facts = model_columns(member["facts"], member["scores"])
+        facts = model_columns(member["facts"])
+        scores = {f"score_{name}": float(value) for name, value in member["scores"].items()}
         x = facts["parameters"] if x_kind == "parameters" else member["x"]
         measured: dict[str, Any] = {}
         for name, reader in (
@@ -116,12 +117,11 @@ def series_summary(members: Sequence[Mapping[str, Any]], x_kind: str, norm: str)
             if member[name] is not None:
                 measured |= reader(member[name])
         for dataset in list(member["law"]) or [None]:
-            row = {"model": member["model"], "x": x, "dataset": dataset}
-            row |= {k: v for k, v in facts.items() if not k.startswith("score_")}
+            row = {"model": member["model"], "x": x, "dataset": dataset} | facts
             if dataset is not None:
                 row |= law_columns(member["law"][dataset], norm)
                 row |= evaluation_columns(member["evaluation"][dataset])
-            rows.append(row | measured | {k: v for k, v in facts.items() if k.startswith("score_")})
+            rows.append(row | measured | scores)
     return pl.DataFrame(rows, infer_schema_length=None)
 
 

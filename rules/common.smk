@@ -22,6 +22,7 @@ from layerlaws.series import (
     initial_weights,
     series_members,
     series_runs,
+    signature_corpus,
     tokenizer_owner,
 )
 from layerlaws.training_plan import checkpoint_folder as step_folder
@@ -365,10 +366,7 @@ def series_member_files(wildcards):
     members = []
     for member in SERIES[wildcards.series]:
         model, prompts = member.model, series["prompts"]
-        corpus = series["signatures"]
-        if corpus == "training_corpus":
-            training = config["models"][model]["source"]["training"]
-            corpus = config["training"][training]["dataset"]
+        corpus = signature_corpus(config, config["models"], wildcards.series, model)
         folders = {d: equilearning_folder(model, d) for d in series["datasets"]}
         members.append(
             {

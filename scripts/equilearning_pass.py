@@ -53,7 +53,8 @@ def main() -> None:
             logit_observers=[evaluation],
         )
     write_csv(snakemake.output.pr, statistics.table(params.cutoff))
-    write_csv(snakemake.output.evaluation, evaluation.table())
+    held_out = evaluation.table()
+    write_csv(snakemake.output.evaluation, held_out)
     write_csv(snakemake.output.fuzziness, fuzziness.table(params.cutoff))
     write_json(snakemake.output.report, {**asdict(facts), **report})
     log.info(
@@ -61,7 +62,7 @@ def main() -> None:
         report["n_rows"],
         facts.num_layers + 1,
         report["tokens_per_second"] or 0,
-        evaluation.table()["loss"][0],
+        held_out["loss"][0],
     )
 
 
