@@ -1,14 +1,18 @@
 """Block coupling and trajectories of one prompt (SCIENCE.md §4, paper 004).
 
-For a prompt of T tokens and a model of L blocks:
+For a prompt of T tokens and a model of L blocks (the last one including the final norm,
+Eq. 7, unless ``final_norm`` is off):
 - depth: the last token's self-Jacobian J^l_{TT} at every layer; M[l, l′] = m̃ of J^l
-  coupled with the singular vectors of J^{l′};
-- tokens, at chosen layers: self-Jacobians J^l_{tt} for every t (``self``), context
-  Jacobians with the output fixed at the last token J^l_{t,T} (``fixed_output``) and with
-  the input fixed at the first token J^l_{1,t} (``fixed_input``); M[t, t′] likewise.
-  One VJP per output row gives every input token at once, so each output token's rows
-  are computed once and sliced for all three kinds;
-- trajectories: line-shape score, its sliding windows and expodistance of every token.
+  coupled with the singular vectors of J^{l′}; the top-K singular values of each J^l;
+- tokens, for chosen layer pairs (l, l′) (l = l′ by default): M[t, t′] = m̃ of a Jacobian
+  at layer l and token t coupled with the singular vectors of one at layer l′ and token t′
+  — self-Jacobians J_{tt} (``self``), context Jacobians with the output token fixed
+  J_{t, t2} (``fixed_output``, t ≤ t2) and with the input token fixed J_{t1, t}
+  (``fixed_input``, t ≥ t1), as in §3.1. One VJP per output row gives every input token
+  at once, so each output token's rows are computed once and sliced for all three kinds;
+- trajectories: per token the line-shape score, expodistance and the coefficient of
+  variation of the step lengths ‖x^l − x^{l−1}‖ (equidistance, Fig. 23); per token and
+  layer the norm, the step length and the centred windowed line-shape score (Fig. 24–25).
 """
 
 from __future__ import annotations
@@ -22,15 +26,46 @@ import numpy as np
 import polars as pl
 import torch
 
-from layerlaws.blocks import trace_blocks
+from layerlaws.blocks import BlockCall, trace_blocks
 from layerlaws.coupling import miscoupling_matrix
 from layerlaws.errors import LayerlawsError
 from layerlaws.jacobians import jacobian_rows, top_singular
-from layerlaws.trajectories import expodistance, line_shape_score, windowed_line_shape
+from layerlaws.trajectories import (
+    equidistance_cv,
+    expodistance,
+    line_shape_score,
+    step_lengths,
+    windowed_line_shape,
+)
 
 log = logging.getLogger(__name__)
 
 TOKEN_KINDS = ("self", "fixed_output", "fixed_input")
+
+
+@dataclass(frozen=True)
+class TokenCoupling:
+    """Where token-wise coupling is measured: layer pairs (l, l′), numbered 1..L, and the
+    fixed input and output tokens of the context kinds (indices 0..T−1; negative ones
+    count from the end, −1 = the last token)."""
+
+    layer_pairs: tuple[tuple[int, int], ...]
+    fixed_input_token: int = 0
+    fixed_output_token: int = -1
+
+    @property
+    def layers(self) -> list[int]:
+        """Every layer some pair names, in order."""
+        return sorted({layer for pair in self.layer_pairs for layer in pair})
+
+    def token(self, index: int, length: int, key: str) -> int:
+        """A configured token index resolved in a prompt of ``length`` tokens."""
+        if not -length <= index < length:
+            raise LayerlawsError(
+                f"coupling.{key} is {index} but a prompt has only {length} tokens; give an "
+                f"index in -{length}..{length - 1}"
+            )
+        return index % length
 
 
 @dataclass
@@ -38,25 +73,46 @@ class PromptMeasurement:
     """Everything measured on one prompt (rows are plain dicts for polars)."""
 
     depth: list[dict[str, Any]] = field(default_factory=list)
+    singular_values: list[dict[str, Any]] = field(default_factory=list)
     tokens: list[dict[str, Any]] = field(default_factory=list)
     trajectories: list[dict[str, Any]] = field(default_factory=list)
-    windows: list[dict[str, Any]] = field(default_factory=list)
+    layers: list[dict[str, Any]] = field(default_factory=list)
     factors: dict[str, np.ndarray] = field(default_factory=dict)
     streams: np.ndarray | None = None
+
+
+def _token_jacobians(
+    call: BlockCall, stream: torch.Tensor, fixed_input: int, fixed_output: int, vjp_chunk: int
+) -> dict[str, list[tuple[int, torch.Tensor]]]:
+    """Per kind, (varying token, Jacobian (d, d)) of one block: J_{tt} for every t, J_{t,
+    fixed_output} for t ≤ fixed_output, J_{fixed_input, t} for t ≥ fixed_input."""
+    kinds: dict[str, list[tuple[int, torch.Tensor]]] = {kind: [] for kind in TOKEN_KINDS}
+    for output in range(stream.shape[0]):
+        wanted = sorted({output} | ({fixed_input} if output >= fixed_input else set()))
+        if output == fixed_output:
+            wanted = list(range(output + 1))
+        rows = jacobian_rows(call.branch, stream, output, wanted, vjp_chunk)
+        kinds["self"].append((output, rows[wanted.index(output)]))
+        if output >= fixed_input:
+            kinds["fixed_input"].append((output, rows[wanted.index(fixed_input)]))
+        if output == fixed_output:
+            kinds["fixed_output"] = list(enumerate(rows))
+    return kinds
 
 
 def measure_prompt(
     model: Any,
     input_ids: torch.Tensor,
-    token_layers: Sequence[int],
+    token_coupling: TokenCoupling,
     ks: Sequence[int],
     svd: str = "full",
     vjp_chunk: int = 64,
     lss_window: int = 11,
+    final_norm: bool = True,
 ) -> PromptMeasurement:
     """Measure one prompt ``input_ids`` (1, T). Layers are numbered 1..L (block l maps
     x^{l-1} to x^l); tokens 0..T−1."""
-    calls, streams = trace_blocks(model, input_ids)
+    calls, streams = trace_blocks(model, input_ids, final_norm)
     n_layers, length = len(calls), streams.shape[1]
     last, k_max = length - 1, max(ks)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
@@ -78,32 +134,42 @@ def measure_prompt(
         "s": torch.stack([s for _, s, _ in depth_factors]).cpu().numpy(),
         "v": torch.stack([v for _, _, v in depth_factors]).cpu().numpy(),
     }
+    result.singular_values = [
+        {"layer": layer, "rank": rank, "singular_value": float(value)}
+        for layer, values in enumerate(result.factors["s"], start=1)
+        for rank, value in enumerate(values, start=1)
+    ]
 
-    for layer in token_layers:
-        call, stream = calls[layer - 1], streams[layer - 1]
-        kinds: dict[str, list[torch.Tensor]] = {kind: [] for kind in TOKEN_KINDS}
-        for output in range(length):
-            wanted = list(range(length)) if output == last else sorted({0, output})
-            rows = jacobian_rows(call.branch, stream, output, wanted, vjp_chunk)
-            kinds["self"].append(rows[wanted.index(output)])
-            kinds["fixed_input"].append(rows[0])
-            if output == last:
-                kinds["fixed_output"] = list(rows)
-        for kind, jacobians in kinds.items():
-            factors = [top_singular(j, k_max, svd) for j in jacobians]
+    fixed_input = token_coupling.token(
+        token_coupling.fixed_input_token, length, "fixed_input_token"
+    )
+    fixed_output = token_coupling.token(
+        token_coupling.fixed_output_token, length, "fixed_output_token"
+    )
+    jacobians = {
+        layer: _token_jacobians(
+            calls[layer - 1], streams[layer - 1], fixed_input, fixed_output, vjp_chunk
+        )
+        for layer in token_coupling.layers
+    }
+    for layer_a, layer_b in token_coupling.layer_pairs:
+        for kind in TOKEN_KINDS:
+            tokens = [token for token, _ in jacobians[layer_a][kind]]
+            factors = [top_singular(j, k_max, svd) for _, j in jacobians[layer_b][kind]]
             for k in ks:
-                matrix = miscoupling_matrix(jacobians, factors, k)
+                matrix = miscoupling_matrix([j for _, j in jacobians[layer_a][kind]], factors, k)
                 result.tokens += [
                     {
-                        "layer": layer,
+                        "layer_a": layer_a,
+                        "layer_b": layer_b,
                         "kind": kind,
-                        "token_a": a,
-                        "token_b": b,
+                        "token_a": token_a,
+                        "token_b": token_b,
                         "k": k,
                         "miscoupling": float(matrix[a, b]),
                     }
-                    for a in range(length)
-                    for b in range(length)
+                    for a, token_a in enumerate(tokens)
+                    for b, token_b in enumerate(tokens)
                 ]
 
     for token in range(length):
@@ -113,23 +179,39 @@ def measure_prompt(
                 "token": token,
                 "lss": line_shape_score(trajectory),
                 "expodistance": expodistance(trajectory),
+                "equidistance_cv": equidistance_cv(trajectory),
             }
         )
-        result.windows += [
-            {"token": token, "layer": layer, "lss": float(value)}
-            for layer, value in enumerate(windowed_line_shape(trajectory, lss_window), start=1)
+        norms = np.linalg.norm(trajectory.astype(np.float64), axis=1)
+        steps = np.concatenate([[np.nan], step_lengths(trajectory)])
+        windows = np.concatenate([[np.nan], windowed_line_shape(trajectory, lss_window)])
+        result.layers += [
+            {
+                "token": token,
+                "layer": layer,
+                "norm": float(norms[layer]),
+                "step_length": float(steps[layer]),
+                "lss_window": float(windows[layer]),
+            }
+            for layer in range(n_layers + 1)
         ]
     return result
 
 
-def chosen_layers(configured: Sequence[int], num_layers: int) -> list[int]:
-    """The token-wise coupling layers: as configured, or the middle layer when none is."""
-    layers = list(configured) or [max(1, num_layers // 2)]
-    if max(layers) > num_layers:
+def layer_pairs(
+    configured: Sequence[int | Sequence[int]], num_layers: int
+) -> list[tuple[int, int]]:
+    """The token-wise coupling's layer pairs: a configured layer l stands for (l, l), a
+    pair [l, l′] for itself; the middle layer (l, l) when none is configured."""
+    pairs = [
+        (entry, entry) if isinstance(entry, int) else (entry[0], entry[1]) for entry in configured
+    ] or [(max(1, num_layers // 2),) * 2]
+    beyond = [pair for pair in pairs if max(pair) > num_layers]
+    if beyond:
         raise LayerlawsError(
-            f"coupling.token_layers {layers} name a layer beyond the model's {num_layers}"
+            f"coupling.token_layers name layers {beyond} beyond the model's {num_layers}"
         )
-    return layers
+    return pairs
 
 
 @dataclass
@@ -138,12 +220,14 @@ class PromptSetMeasurement:
 
     depth: pl.DataFrame
     """weights, prompt (index or ``mean``), layer_a, layer_b, k, miscoupling."""
+    singular_values: pl.DataFrame
+    """weights, prompt, layer, rank (1..K), singular_value (of the last token's J^l)."""
     tokens: pl.DataFrame
-    """weights, prompt, layer, kind, token_a, token_b, k, miscoupling."""
+    """weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, miscoupling."""
     trajectories: pl.DataFrame
-    """weights, prompt, token, lss, expodistance, text."""
-    windows: pl.DataFrame
-    """weights, prompt, token, layer, lss."""
+    """weights, prompt, token, lss, expodistance, equidistance_cv, text."""
+    layers: pl.DataFrame
+    """weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0)."""
     factors: dict[str, np.ndarray]
     """``<weights>/<prompt>/{u,s,v}``: top-K factors of the last-token Jacobians."""
     streams: dict[str, np.ndarray]
@@ -154,20 +238,18 @@ def measure_prompt_set(
     models: Mapping[str, Any],
     prompts: Sequence[Sequence[int]],
     labels: Sequence[Sequence[str]],
-    token_layers: Sequence[int],
+    token_coupling: TokenCoupling,
     ks: Sequence[int],
     svd: str,
     vjp_chunk: int,
     lss_window: int,
+    final_norm: bool,
     device: str,
 ) -> PromptSetMeasurement:
     """``measure_prompt`` for every prompt under every weights (e.g. ``trained`` and
     ``random``); depth rows are also averaged over the prompts (prompt ``mean``)."""
     rows: dict[str, list[dict[str, Any]]] = {
-        "depth": [],
-        "tokens": [],
-        "trajectories": [],
-        "windows": [],
+        name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
     }
     factors, streams = {}, {}
     for weights, model in models.items():
@@ -175,11 +257,12 @@ def measure_prompt_set(
             measured = measure_prompt(
                 model,
                 torch.tensor([list(ids)], device=device),
-                token_layers,
+                token_coupling,
                 ks,
                 svd,
                 vjp_chunk,
                 lss_window,
+                final_norm,
             )
             tag = {"weights": weights, "prompt": str(index)}
             for name, table in rows.items():
@@ -201,9 +284,10 @@ def measure_prompt_set(
     )
     return PromptSetMeasurement(
         depth=pl.concat([depth, mean.select(depth.columns)]),
+        singular_values=pl.DataFrame(rows["singular_values"]),
         tokens=pl.DataFrame(rows["tokens"]),
         trajectories=trajectories,
-        windows=pl.DataFrame(rows["windows"]),
+        layers=pl.DataFrame(rows["layers"]),
         factors=factors,
         streams=streams,
     )

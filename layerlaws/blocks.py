@@ -5,7 +5,9 @@ whatever its ``output_hidden_states`` convention: ``layer_states`` for batches (
 extraction), ``trace_blocks`` for one sequence together with each block's call, so that a
 block's residual branch x^l = x^{l-1} + f^l(X^{l-1}) can be re-run alone as a function of
 the stream (Jacobians). The branch is built the same way for every family: the block
-called with the other arguments it received, its first output minus its input.
+called with the other arguments it received, its first output minus its input. As in
+paper 004 (Eq. 7), the last block may include the model's final norm:
+F^L(X) = LN(X + f(X)), so that x^L is what the LM head reads.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch
 
-from layerlaws.architectures import blocks_of, lm_head_of
+from layerlaws.architectures import architecture_of, blocks_of, lm_head_of, module_at
 
 
 def first_output(output: Any) -> torch.Tensor:
@@ -71,20 +73,37 @@ class BlockCall:
     block: torch.nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    final_norm: torch.nn.Module | None = None
+    """The model's final norm when this is the last block and it includes it."""
+
+    def output(self, stream: torch.Tensor) -> torch.Tensor:
+        """F^l(X): the block's output (after the final norm where it includes it)."""
+        output = first_output(self.block(stream, *self.args, **self.kwargs))
+        return output if self.final_norm is None else self.final_norm(output)
 
     def branch(self, stream: torch.Tensor) -> torch.Tensor:
-        """f^l(X): the block's output minus its input; ``stream`` is (1, T, d), on any
-        device (a model spread over GPUs keeps each block on its own)."""
-        output = first_output(self.block(stream, *self.args, **self.kwargs))
+        """f^l(X) = F^l(X) − X: the block's output minus its input; ``stream`` is (1, T, d),
+        on any device (a model spread over GPUs keeps each block on its own)."""
+        output = self.output(stream)
         return output - stream.to(output.device)
 
 
+def final_norm_of(model: Any) -> torch.nn.Module | None:
+    """The norm between the last block and the LM head, or None (post-LN models)."""
+    path = architecture_of(model.config).final_norm
+    return None if path is None else module_at(model, path)
+
+
 @torch.no_grad()
-def trace_blocks(model: Any, input_ids: torch.Tensor) -> tuple[list[BlockCall], torch.Tensor]:
-    """Run one sequence ``input_ids`` (1, T) and return every block's call and the raw
+def trace_blocks(
+    model: Any, input_ids: torch.Tensor, final_norm: bool = True
+) -> tuple[list[BlockCall], torch.Tensor]:
+    """Run one sequence ``input_ids`` (1, T) and return every block's call and the
     residual stream x^0 … x^L, shape (L + 1, T, d): x^{l-1} the input of block l, x^L the
-    output of the last block (before the model's final norm)."""
+    output of the last block, after the model's final norm when ``final_norm`` (paper 004,
+    Eq. 7: the last block includes it) and the model has one, before it otherwise."""
     blocks = blocks_of(model)
+    norm = final_norm_of(model) if final_norm else None
     calls: dict[int, BlockCall] = {}
     streams: list[torch.Tensor] = []
 
@@ -94,7 +113,8 @@ def trace_blocks(model: Any, input_ids: torch.Tensor) -> tuple[list[BlockCall], 
         streams.append(stream[0].detach().clone())
 
     def after(_block: torch.nn.Module, _args: tuple, output: Any) -> None:
-        streams.append(first_output(output)[0].detach().clone())
+        last = first_output(output)
+        streams.append((last if norm is None else norm(last))[0].detach().clone())
 
     hooks = [block.register_forward_pre_hook(before, with_kwargs=True) for block in blocks]
     hooks.append(blocks[-1].register_forward_hook(after))
@@ -103,4 +123,5 @@ def trace_blocks(model: Any, input_ids: torch.Tensor) -> tuple[list[BlockCall], 
     finally:
         for hook in hooks:
             hook.remove()
+    calls[id(blocks[-1])].final_norm = norm
     return [calls[id(block)] for block in blocks], torch.stack(streams)

@@ -1,4 +1,4 @@
-"""Figures of the block-coupling and trajectory stage (paper 004, Figs. 1, 3, 4, 17).
+"""Figures of the block-coupling and trajectory stage (paper 004, Figs. 1, 3, 4, 17, 23–25).
 
 ``options`` are the config's plot options (``format``, ``dpi``, ``width``). Every figure
 sets the trained model beside its randomly initialised twin.
@@ -59,8 +59,9 @@ def plot_depth(
 def plot_tokens(
     tokens: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
 ) -> None:
-    """Token-wise mis-coupling at the first chosen layer, first prompt (Fig. 4)."""
-    k, layer = tokens["k"].min(), tokens["layer"].min()
+    """Token-wise mis-coupling at the first chosen layer pair, first prompt (Fig. 4)."""
+    k = tokens["k"].min()
+    layer_a, layer_b = tokens.row(0, named=True)["layer_a"], tokens.row(0, named=True)["layer_b"]
     kinds = tokens["kind"].unique(maintain_order=True).to_list()
     figure, axes = plt.subplots(
         2, len(kinds), figsize=(options["width"], options["width"] / 1.6), squeeze=False
@@ -72,14 +73,23 @@ def plot_tokens(
                 & (pl.col("prompt") == "0")
                 & (pl.col("kind") == kind)
                 & (pl.col("k") == k)
-                & (pl.col("layer") == layer)
+                & (pl.col("layer_a") == layer_a)
+                & (pl.col("layer_b") == layer_b)
             )
             axis = axes[row][column]
-            axis.imshow(_square(block, "token_a", "token_b"), vmin=0, vmax=1, cmap="viridis_r")
+            low, high = block["token_a"].min() - 0.5, block["token_a"].max() + 0.5
+            axis.imshow(
+                _square(block, "token_a", "token_b"),
+                vmin=0,
+                vmax=1,
+                cmap="viridis_r",
+                extent=(low, high, high, low),
+            )
             axis.set_title(f"{weights}, {kind}", fontsize=8)
-            axis.set_xlabel("token (singular vectors)", fontsize=7)
-            axis.set_ylabel("token (Jacobian)", fontsize=7)
-    figure.suptitle(f"{title}: token-wise mis-coupling, layer {layer}, K={k}", fontsize=10)
+            axis.set_xlabel(f"token (singular vectors, layer {layer_b})", fontsize=7)
+            axis.set_ylabel(f"token (Jacobian, layer {layer_a})", fontsize=7)
+    layers = f"layer {layer_a}" if layer_a == layer_b else f"layers {layer_a} and {layer_b}"
+    figure.suptitle(f"{title}: token-wise mis-coupling, {layers}, K={k}", fontsize=10)
     figure.tight_layout()
     save_figure(figure, path, options)
 
@@ -118,9 +128,11 @@ def plot_adjacency(
 def plot_shape(
     trajectories: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
 ) -> None:
-    """Distributions of the line-shape score and the expodistance over all tokens."""
-    figure, axes = plt.subplots(1, 2, figsize=(options["width"], 3.2))
-    for axis, column in zip(axes, ("lss", "expodistance"), strict=True):
+    """Distributions over all tokens of the line-shape score, the expodistance and the
+    equidistance's coefficient of variation (Fig. 23)."""
+    columns = ("lss", "expodistance", "equidistance_cv")
+    figure, axes = plt.subplots(1, len(columns), figsize=(options["width"], 3.2))
+    for axis, column in zip(axes, columns, strict=True):
         for weights in WEIGHTS:
             values = trajectories.filter(pl.col("weights") == weights)[column].to_numpy()
             axis.hist(
@@ -133,7 +145,9 @@ def plot_shape(
             {
                 "lss": "line-shape score (1 = straight)",
                 "expodistance": "expodistance (0 = exponential growth)",
-            }[column]
+                "equidistance_cv": "CV of ‖x^l − x^(l−1)‖ (0 = equidistant)",
+            }[column],
+            fontsize=8,
         )
         axis.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
@@ -168,4 +182,75 @@ def plot_pca(
         axis.set_ylabel("PC 2 of the last layer")
         axis.legend(fontsize=7)
     figure.suptitle(f"{title}: trajectories of the first prompt's tokens", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def _median_band(axis: Any, table: pl.DataFrame, x: str, y: str, style: str, label: str) -> None:
+    """Median of ``y`` against ``x`` with its inter-quartile band."""
+    stats = (
+        table.filter(pl.col(y).is_not_nan())
+        .group_by(x)
+        .agg(
+            median=pl.col(y).median(),
+            low=pl.col(y).quantile(0.25),
+            high=pl.col(y).quantile(0.75),
+        )
+        .sort(x)
+    )
+    lines = axis.plot(stats[x], stats["median"], style, markersize=3, label=label)
+    axis.fill_between(stats[x], stats["low"], stats["high"], alpha=0.2, color=lines[0].get_color())
+
+
+def plot_singular_values(
+    singular_values: pl.DataFrame,
+    title: str,
+    path: str | os.PathLike[str],
+    options: Mapping[str, Any],
+) -> None:
+    """Top singular values of the last token's block Jacobians against depth, median over
+    prompts with the inter-quartile band, for ranks 1, 2, 5, 10 (paper 004, Appendix:
+    singular value scaling)."""
+    ranks = [rank for rank in (1, 2, 5, 10) if rank <= singular_values["rank"].max()]
+    figure, axes = plt.subplots(
+        1, 2, figsize=(options["width"], options["width"] / 2.6), sharey=True
+    )
+    for axis, weights in zip(axes, WEIGHTS, strict=True):
+        for rank in ranks:
+            block = singular_values.filter(
+                (pl.col("weights") == weights) & (pl.col("rank") == rank)
+            )
+            _median_band(axis, block, "layer", "singular_value", "o-", f"σ_{rank}")
+        axis.set_yscale("log")
+        axis.set_title(weights, fontsize=9)
+        axis.set_xlabel("layer l")
+        axis.legend(fontsize=7)
+    axes[0].set_ylabel("singular value of J^l (last token)")
+    figure.suptitle(f"{title}: singular values against depth", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def plot_layers(
+    layers: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Per-layer profiles over all tokens and prompts (paper 004, Fig. 24–25): the norm of
+    x^l, the step length ‖x^l − x^{l−1}‖ and the line-shape score of the centred window;
+    median with the inter-quartile band, trained against random weights."""
+    panels = {
+        "norm": ("‖x^l‖", "log"),
+        "step_length": ("‖x^l − x^(l−1)‖", "log"),
+        "lss_window": ("windowed line-shape score", "linear"),
+    }
+    figure, axes = plt.subplots(1, len(panels), figsize=(options["width"], 3.2))
+    for axis, (column, (label, scale)) in zip(axes, panels.items(), strict=True):
+        for weights in WEIGHTS:
+            block = layers.filter(pl.col("weights") == weights)
+            _median_band(
+                axis, block, "layer", column, "o-" if weights == "trained" else "x--", weights
+            )
+        axis.set_yscale(scale)
+        axis.set_xlabel("layer l")
+        axis.set_ylabel(label, fontsize=8)
+        axis.legend(fontsize=7)
+    figure.suptitle(f"{title}: trajectories against depth", fontsize=10)
+    figure.tight_layout()
     save_figure(figure, path, options)

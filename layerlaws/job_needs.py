@@ -124,7 +124,17 @@ class JobPlanner:
             prompt_datasets(prompt_set)
         )
         dtype = self._model(model)["dtype"]
-        layers = len(self.config["coupling"]["token_layers"]) or 1
+        configured = self.config["coupling"]["token_layers"]
+        layers = (
+            len(
+                {
+                    layer
+                    for entry in configured
+                    for layer in (entry if isinstance(entry, list) else [entry])
+                }
+            )
+            or 1
+        )
         jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size**2 * 4
         # A Jacobian costs about hidden_size backward passes: count it as that many tokens.
         return model_pass_needs(

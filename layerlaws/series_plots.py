@@ -25,6 +25,7 @@ QUANTITY_LABELS = {
     "accuracy": "top-1 accuracy",
     "lss_median": "median line-shape score",
     "expodistance_median": "median expodistance",
+    "equidistance_cv_median": "median CV of step lengths",
     "rcos_we_next": "R_cos(W_E, φ_next)",
     "rcos_wu_pre": "R_cos(W_U, φ_pre)",
 }

@@ -13,7 +13,8 @@ Columns (absent stages leave theirs out):
   (§5.4: mis-coupling of the last token's Jacobians averaged over all layer pairs l, l′,
   diagonal included, and over prompts) and ``miscoupling_offdiagonal_k{K}`` (pairs
   l ≠ l′ only);
-- ``lss_median``, ``expodistance_median`` of the trained weights' token trajectories;
+- ``lss_median``, ``expodistance_median``, ``equidistance_cv_median`` of the trained
+  weights' token trajectories;
 - ``rcos_we_next`` = R_cos(W_E, φ_next), ``rcos_wu_pre`` = R_cos(W_U, φ_pre);
 - ``score_<name>`` for every external score of the model.
 """
@@ -71,6 +72,7 @@ def trajectory_columns(path: str) -> dict[str, float]:
     return {
         "lss_median": float(tokens["lss"].median()),
         "expodistance_median": float(tokens["expodistance"].median()),
+        "equidistance_cv_median": float(tokens["equidistance_cv"].median()),
     }
 
 

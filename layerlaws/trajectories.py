@@ -33,6 +33,18 @@ def windowed_line_shape(trajectory: np.ndarray, width: int) -> np.ndarray:
     )
 
 
+def step_lengths(trajectory: np.ndarray) -> np.ndarray:
+    """‖x^l − x^{l−1}‖ for l = 1…L, shape (L,) float64."""
+    return np.linalg.norm(np.diff(np.asarray(trajectory, dtype=np.float64), axis=0), axis=1)
+
+
+def equidistance_cv(trajectory: np.ndarray) -> float:
+    """Coefficient of variation Std_l / Mean_l of the step lengths ‖x^l − x^{l−1}‖ (paper
+    004, Fig. 23): 0 when the points are equally spaced."""
+    lengths = step_lengths(trajectory)
+    return float(lengths.std() / lengths.mean())
+
+
 def expodistance(trajectory: np.ndarray) -> float:
     """ED = Var_l(α^l) / (Mean_l α^l)² with α^l = ln(‖x^l‖ / ‖x^{l−1}‖): 0 when the norm
     grows exactly geometrically."""

@@ -274,8 +274,8 @@ def check_coupling():
 
 check_coupling()
 
-COUPLING_FIGURES = ("depth", "tokens", "adjacency")
-TRAJECTORY_FIGURES = ("shape", "pca")
+COUPLING_FIGURES = ("depth", "tokens", "adjacency", "singular_values")
+TRAJECTORY_FIGURES = ("shape", "pca", "layers")
 
 
 def coupling_outputs():

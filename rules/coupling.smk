@@ -9,10 +9,11 @@ rule measure_coupling:
         initial=initial_model,
     output:
         depth="results/coupling/{model}/{prompts}/depth.csv",
+        singular_values="results/coupling/{model}/{prompts}/singular_values.csv",
         tokens="results/coupling/{model}/{prompts}/tokens.csv",
         factors="results/coupling/{model}/{prompts}/factors.npz",
         trajectories="results/trajectories/{model}/{prompts}/tokens.csv",
-        windows="results/trajectories/{model}/{prompts}/windows.csv",
+        layers="results/trajectories/{model}/{prompts}/layers.csv",
         streams="results/trajectories/{model}/{prompts}/streams.npz",
     log:
         "results/logs/measure_coupling/{model}/{prompts}.log",
@@ -23,6 +24,9 @@ rule measure_coupling:
         prompts=lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
         ks=config["coupling"]["ks"],
         token_layers=config["coupling"]["token_layers"],
+        fixed_input_token=config["coupling"]["fixed_input_token"],
+        fixed_output_token=config["coupling"]["fixed_output_token"],
+        final_norm=config["coupling"]["final_norm"],
         svd=config["coupling"]["svd"],
         init_seed=config["coupling"]["init_seed"],
         lss_window=config["coupling"]["lss_window"],
@@ -34,8 +38,10 @@ rule measure_coupling:
 rule plot_coupling:
     input:
         depth="results/coupling/{model}/{prompts}/depth.csv",
+        singular_values="results/coupling/{model}/{prompts}/singular_values.csv",
         tokens="results/coupling/{model}/{prompts}/tokens.csv",
         trajectories="results/trajectories/{model}/{prompts}/tokens.csv",
+        layers="results/trajectories/{model}/{prompts}/layers.csv",
         streams="results/trajectories/{model}/{prompts}/streams.npz",
     output:
         **{

@@ -9,7 +9,7 @@ import polars as pl
 import torch
 
 from layerlaws.atomic import atomic_path, write_csv
-from layerlaws.block_coupling import chosen_layers, measure_prompt_set
+from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt_set
 from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
 from layerlaws.logs import run_logged
@@ -40,12 +40,19 @@ def main() -> None:
     prompts = tokenize_prompts(
         texts, tokenizer, prompt_set["max_tokens"], prompt_set["too_long"], facts.max_positions
     )
-    layers = chosen_layers(params.token_layers, facts.num_layers)
+    token_coupling = TokenCoupling(
+        tuple(layer_pairs(params.token_layers, facts.num_layers)),
+        params.fixed_input_token,
+        params.fixed_output_token,
+    )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
         logging.getLogger("layerlaws").info(
-            "running on %s; %d prompts, token layers %s", claim.describe(), len(prompts), layers
+            "running on %s; %d prompts, token layer pairs %s",
+            claim.describe(),
+            len(prompts),
+            token_coupling.layer_pairs,
         )
         placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
         trained = load_model(snakemake.input.model, params.dtype, placement, attention="eager")
@@ -60,17 +67,19 @@ def main() -> None:
             twins,
             prompts,
             [tokenizer.convert_ids_to_tokens(ids) for ids in prompts],
-            layers,
+            token_coupling,
             params.ks,
             params.svd,
             execution.vjp_chunk,
             params.lss_window,
+            params.final_norm == "in_last_block",
             claim.device,
         )
     write_csv(output.depth, result.depth)
+    write_csv(output.singular_values, result.singular_values)
     write_csv(output.tokens, result.tokens)
     write_csv(output.trajectories, result.trajectories)
-    write_csv(output.windows, result.windows)
+    write_csv(output.layers, result.layers)
     save_npz(output.factors, result.factors)
     save_npz(output.streams, result.streams)
 

@@ -6,8 +6,10 @@ import polars as pl
 from layerlaws.coupling_plots import (
     plot_adjacency,
     plot_depth,
+    plot_layers,
     plot_pca,
     plot_shape,
+    plot_singular_values,
     plot_tokens,
 )
 from layerlaws.logs import run_logged
@@ -22,6 +24,12 @@ def main() -> None:
     plot_tokens(tokens, title, output.tokens, options)
     plot_adjacency(depth, title, output.adjacency, options)
     plot_shape(trajectories, title, output.shape, options)
+    singular_values = pl.read_csv(
+        snakemake.input.singular_values, schema_overrides={"prompt": pl.String}
+    )
+    plot_singular_values(singular_values, title, output.singular_values, options)
+    layers = pl.read_csv(snakemake.input.layers, schema_overrides={"prompt": pl.String})
+    plot_layers(layers, title, output.layers, options)
     with np.load(snakemake.input.streams) as archive:
         plot_pca(dict(archive), title, output.pca, options)
 

@@ -4,14 +4,18 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 
 from layerlaws.architectures import norm_module
+from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt
 from layerlaws.blocks import trace_blocks
 from layerlaws.coupling import miscoupling, miscoupling_matrix
+from layerlaws.errors import LayerlawsError
 from layerlaws.jacobians import jacobian_rows, top_singular
 from layerlaws.models import load_model
 from layerlaws.trajectories import (
+    equidistance_cv,
     expodistance,
     line_shape_score,
     pca_projection,
@@ -49,20 +53,45 @@ def test_batched_jacobian_equals_autograd(traced):
             assert rows[output + 1 :].abs().max().item() == 0
 
 
-def test_trace_gives_the_raw_residual_stream(traced):
+def test_trace_gives_the_residual_stream_with_the_final_norm_in_the_last_block(traced):
     model, ids, calls, streams = traced
     with torch.no_grad():
         states = model(ids, output_hidden_states=True).hidden_states
     assert len(calls) == 4 and streams.shape[0] == 5
-    for layer in range(4):  # hidden_states[L] is after the final norm, streams[L] before it
+    for layer in range(5):  # hidden_states[L] is after the final norm, as streams[L] now is
         np.testing.assert_allclose(streams[layer].numpy(), states[layer][0].numpy(), atol=1e-5)
-    np.testing.assert_allclose(
-        norm_module(model)(streams[4]).detach().numpy(), states[4][0].numpy(), atol=1e-5
-    )
     branch_output = calls[0].branch(streams[0][None])[0]
     np.testing.assert_allclose(
         (streams[0] + branch_output).detach().numpy(), streams[1].numpy(), atol=1e-5
     )
+    _, raw_streams = trace_blocks(model, ids, final_norm=False)
+    np.testing.assert_allclose(raw_streams[:4].numpy(), streams[:4].numpy())
+    np.testing.assert_allclose(
+        norm_module(model)(raw_streams[4]).detach().numpy(), streams[4].numpy(), atol=1e-5
+    )
+
+
+def test_last_jacobian_includes_the_final_norm(traced):
+    """Paper 004, Eq. 7: J^L is the Jacobian of LN(x + f(x)) − x, checked against
+    torch.autograd.functional.jacobian of that function built from the bare block."""
+    model, _, calls, streams = traced
+    stream = streams[3]
+    length = stream.shape[0]
+    bare = calls[3].block
+    raw = type(calls[3])(bare, calls[3].args, calls[3].kwargs)
+    norm = norm_module(model)
+
+    def reference_branch(x):
+        return norm(x + raw.branch(x[None])[0]) - x
+
+    reference = torch.autograd.functional.jacobian(reference_branch, stream)
+    rows = jacobian_rows(calls[3].branch, stream, length - 1, range(length), vjp_chunk=5)
+    for t1 in range(length):
+        np.testing.assert_allclose(
+            rows[t1].numpy(), reference[length - 1, :, t1, :].numpy(), atol=1e-5
+        )
+    without_norm = jacobian_rows(raw.branch, stream, length - 1, [length - 1])[0]
+    assert (without_norm - rows[-1]).abs().max().item() > 1e-2
 
 
 def test_shared_singular_vectors_are_coupled():
@@ -127,6 +156,53 @@ def test_line_shape_windows_are_centred_and_cut_at_the_ends():
     uneven = units * np.array([1, 2, 2.5, 10, 11, 30, 31, 100])[:, None]
     assert expodistance(uneven) > 0.1
     assert pca_projection(rng.normal(size=(3, 8, 16))).shape == (3, 8, 2)
+
+
+def test_equidistance_cv_is_zero_for_equal_steps_and_matches_scipy():
+    rng = np.random.default_rng(2)
+    directions = rng.normal(size=(6, 12))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    equal = np.vstack([np.zeros(12), np.cumsum(2.5 * directions, axis=0)])
+    assert equidistance_cv(equal) == pytest.approx(0.0, abs=1e-12)
+    lengths = np.array([1, 2, 4, 8, 16, 32.0])
+    growing = np.vstack([np.zeros(12), np.cumsum(lengths[:, None] * directions, axis=0)])
+    assert equidistance_cv(growing) == pytest.approx(scipy.stats.variation(lengths))
+
+
+def test_token_coupling_between_two_layers_with_fixed_tokens(traced):
+    """Token rows equal m̃ of Jacobians at layer l coupled with the singular vectors of
+    those at layer l′, computed directly from jacobian_rows; the fixed input token t1 keeps
+    outputs t ≥ t1 only, the fixed output token t2 inputs t ≤ t2."""
+    model, ids, calls, streams = traced
+    length = ids.shape[1]
+    coupling = TokenCoupling(((2, 4),), fixed_input_token=2, fixed_output_token=-2)
+    measured = measure_prompt(model, ids, coupling, [3], vjp_chunk=16, lss_window=3)
+    rows = {
+        (row["kind"], row["token_a"], row["token_b"]): row["miscoupling"] for row in measured.tokens
+    }
+    assert {key[1] for key in rows if key[0] == "fixed_input"} == set(range(2, length))
+    assert {key[1] for key in rows if key[0] == "fixed_output"} == set(range(length - 1))
+
+    def jacobian(layer, output, token):
+        return jacobian_rows(calls[layer - 1].branch, streams[layer - 1], output, [token])[0]
+
+    cases = {
+        "self": lambda layer, t: jacobian(layer, t, t),
+        "fixed_input": lambda layer, t: jacobian(layer, t, 2),
+        "fixed_output": lambda layer, t: jacobian(layer, length - 2, t),
+    }
+    for kind, of in cases.items():
+        for token_a, token_b in ((2, 3), (3, 2), (length - 2, 2)):
+            u, _, v = torch.linalg.svd(of(4, token_b))
+            expected = miscoupling(u[:, :3].T @ of(2, token_a) @ v[:3].T)
+            assert rows[(kind, token_a, token_b)] == pytest.approx(expected, rel=1e-4)
+    assert len(measured.layers) == length * 5
+    with pytest.raises(LayerlawsError, match="fixed_output_token is 40"):
+        measure_prompt(model, ids, TokenCoupling(((1, 1),), fixed_output_token=40), [2])
+    assert layer_pairs([3, [1, 4]], 4) == [(3, 3), (1, 4)]
+    assert layer_pairs([], 4) == [(2, 2)]
+    with pytest.raises(LayerlawsError, match="beyond the model's 4"):
+        layer_pairs([[1, 5]], 4)
 
 
 def test_pca_is_fitted_on_the_last_layer():

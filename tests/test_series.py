@@ -119,6 +119,7 @@ SUMMARY_COLUMNS = [
     "miscoupling_offdiagonal_k4",
     "lss_median",
     "expodistance_median",
+    "equidistance_cv_median",
 ]
 
 

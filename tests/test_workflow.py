@@ -165,7 +165,8 @@ def test_coupling_and_trajectory_outputs(finished):
     assert tokens.columns == [
         "weights",
         "prompt",
-        "layer",
+        "layer_a",
+        "layer_b",
         "kind",
         "token_a",
         "token_b",
@@ -173,17 +174,41 @@ def test_coupling_and_trajectory_outputs(finished):
         "miscoupling",
     ]
     assert set(tokens["kind"]) == {"self", "fixed_output", "fixed_input"}
-    assert set(tokens["layer"]) == {1, 4}
-    for name in ("depth", "tokens", "adjacency"):
+    pairs = set(zip(tokens["layer_a"], tokens["layer_b"], strict=True))
+    assert pairs == {(1, 1), (2, 4)}
+    fixed_input = tokens.filter(pl.col("kind") == "fixed_input")
+    assert fixed_input["token_a"].min() == 1  # coupling.fixed_input_token: J_{1,t}, t ≥ 1
+    singular_values = pl.read_csv(coupling / "singular_values.csv")
+    assert singular_values.columns == ["weights", "prompt", "layer", "rank", "singular_value"]
+    assert len(singular_values) == 2 * 2 * 4 * 4  # weights × prompts × layers × max K
+    assert (singular_values["singular_value"].diff().filter(singular_values["rank"] > 1) <= 0).all()
+    for name in ("depth", "tokens", "adjacency", "singular_values"):
         assert (coupling / f"{name}.svg").stat().st_size > 1000
     trajectories = finished / "results/trajectories/tiny-llama/few"
     shape = pl.read_csv(trajectories / "tokens.csv", schema_overrides={"prompt": pl.String})
-    assert shape.columns == ["weights", "prompt", "token", "lss", "expodistance", "text"]
+    assert shape.columns == [
+        "weights",
+        "prompt",
+        "token",
+        "lss",
+        "expodistance",
+        "equidistance_cv",
+        "text",
+    ]
     assert (shape["lss"] >= 1 - 1e-9).all()
-    windows = pl.read_csv(trajectories / "windows.csv")
-    assert windows.columns == ["weights", "prompt", "token", "layer", "lss"]
-    assert sorted(windows["layer"].unique()) == [1, 2, 3, 4]
-    for name in ("shape", "pca"):
+    layers = pl.read_csv(trajectories / "layers.csv")
+    assert layers.columns == [
+        "weights",
+        "prompt",
+        "token",
+        "layer",
+        "norm",
+        "step_length",
+        "lss_window",
+    ]
+    assert sorted(layers["layer"].unique()) == [0, 1, 2, 3, 4]
+    assert layers.filter(pl.col("layer") == 0)["lss_window"].is_nan().all()
+    for name in ("shape", "pca", "layers"):
         assert (trajectories / f"{name}.svg").stat().st_size > 1000
 
 
