@@ -56,6 +56,15 @@ def sequences_of(tokens: pl.DataFrame) -> list[TokenSequence]:
     ]
 
 
+def observed_tokens(tokens: pl.DataFrame, special_tokens: str) -> pl.DataFrame:
+    """The tokens table as the pass observes it: ``exclude`` keeps special tokens out of
+    the rows (inputs and targets), ``include`` observes every position (He & Su's
+    1 ≤ t ≤ T−1, BOS and EOS included) by marking none special."""
+    if special_tokens == "include":
+        return tokens.with_columns(is_special=pl.lit(False))
+    return tokens
+
+
 def first_rows(sequences: Sequence[TokenSequence]) -> np.ndarray:
     """(len(sequences) + 1,) int64: where each sequence's observed rows start among those
     of all sequences (the last entry is the number of rows)."""

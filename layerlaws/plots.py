@@ -178,3 +178,36 @@ def plot_fuzziness(
     figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
     figure.tight_layout()
     save_figure(figure, path, options)
+
+
+def plot_token_views(
+    views: pl.DataFrame, path: str | os.PathLike[str], title: str, options: Mapping[str, Any]
+) -> None:
+    """Each token group (rows) at each viewed layer (columns) on the plane of its first two
+    principal components, coloured by word (He & Su, Fig. 2 and S1–S6)."""
+    groups = views["group"].unique(maintain_order=True).to_list()
+    layers = sorted(views["layer"].unique().to_list())
+    if not groups:
+        figure, axis = plt.subplots(figsize=(options["width"] / 2, 2))
+        axis.text(0.5, 0.5, "no token views (none of the words occurs)", ha="center")
+        axis.axis("off")
+        save_figure(figure, path, options)
+        return
+    size = options["width"] / max(len(layers), 1)
+    figure, axes = plt.subplots(
+        len(groups), len(layers), figsize=(options["width"], size * len(groups)), squeeze=False
+    )
+    for row, group in enumerate(groups):
+        for column, layer in enumerate(layers):
+            axis = axes[row][column]
+            block = views.filter((pl.col("group") == group) & (pl.col("layer") == layer))
+            for word, points in block.group_by("word", maintain_order=True):
+                axis.scatter(points["pc1"], points["pc2"], s=3, alpha=0.6, label=word[0])
+            axis.set_title(f"layer {layer}", fontsize=8)
+            axis.set_xticks([])
+            axis.set_yticks([])
+            if column == 0:
+                axis.legend(fontsize=7, markerscale=3)
+    figure.suptitle(f"{title}: token views on their first two principal components", fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path, options)

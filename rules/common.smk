@@ -210,6 +210,8 @@ def final_outputs():
             f"{folder}/law.csv",
             f"{folder}/law.{PLOT_FORMAT}",
             f"{folder}/norms.{PLOT_FORMAT}",
+            f"{folder}/fuzziness.{PLOT_FORMAT}",
+            f"{folder}/token_views.{PLOT_FORMAT}",
         ]
         if config["hidden_states"]["keep"]:
             outputs.append(f"results/hidden/{model}/{dataset}")

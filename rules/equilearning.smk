@@ -11,6 +11,8 @@ rule equilearning_pass:
         report="results/equilearning/{model}/{dataset}/pass.json",
         evaluation="results/evaluation/{model}/{dataset}.csv",
         fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
+        token_views="results/equilearning/{model}/{dataset}/token_views.csv",
+        token_states="results/equilearning/{model}/{dataset}/token_views.npz",
     log:
         "results/logs/equilearning_pass/{model}/{dataset}.log",
     threads: 4
@@ -23,6 +25,8 @@ rule equilearning_pass:
         shuffle_seed=config["equilearning"]["shuffle_seed"],
         cutoff=config["equilearning"]["cutoff"],
         fuzziness=config["equilearning"]["fuzziness"],
+        token_views=config["equilearning"]["token_views"],
+        special_tokens=config["equilearning"]["special_tokens"],
         dtype=model_dtype,
     script:
         "../scripts/equilearning_pass.py"
@@ -32,6 +36,7 @@ rule fit_law:
     input:
         pr="results/equilearning/{model}/{dataset}/pr.csv",
         fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
+        token_views="results/equilearning/{model}/{dataset}/token_views.csv",
     output:
         law="results/equilearning/{model}/{dataset}/law.csv",
         fuzziness="results/equilearning/{model}/{dataset}/fuzziness_law.csv",
@@ -46,6 +51,7 @@ rule plot_equilearning:
         pr="results/equilearning/{model}/{dataset}/pr.csv",
         law="results/equilearning/{model}/{dataset}/law.csv",
         fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
+        token_views="results/equilearning/{model}/{dataset}/token_views.csv",
     output:
         law=report(
             f"results/equilearning/{{model}}/{{dataset}}/law.{PLOT_FORMAT}",
@@ -62,6 +68,12 @@ rule plot_equilearning:
         fuzziness=report(
             f"results/equilearning/{{model}}/{{dataset}}/fuzziness.{PLOT_FORMAT}",
             caption="../report/fuzziness.rst",
+            category="Equi-learning",
+            subcategory="{model} on {dataset}",
+        ),
+        token_views=report(
+            f"results/equilearning/{{model}}/{{dataset}}/token_views.{PLOT_FORMAT}",
+            caption="../report/token_views.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),

@@ -16,5 +16,6 @@ rule extract_hidden:
     params:
         dtype=model_dtype,
         storage_dtype=config["hidden_states"]["dtype"],
+        special_tokens=config["equilearning"]["special_tokens"],
     script:
         "../scripts/extract_hidden.py"

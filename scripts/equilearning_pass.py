@@ -5,25 +5,27 @@ import logging
 import os
 from dataclasses import asdict
 
+import numpy as np
 import polars as pl
 import torch
 
-from layerlaws.atomic import write_csv, write_json
+from layerlaws.atomic import atomic_path, write_csv, write_json
 from layerlaws.devices import claim_devices
 from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
 from layerlaws.evaluation import HeldOutEvaluation
 from layerlaws.execution import Execution
-from layerlaws.forward_pass import run_forward_pass
+from layerlaws.forward_pass import observed_tokens, run_forward_pass
 from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
 from layerlaws.logs import run_logged
-from layerlaws.models import load_model, plan_placement, read_facts
+from layerlaws.models import load_model, load_tokenizer, plan_placement, read_facts
+from layerlaws.token_views import TokenViews, ViewedRows, default_layers, word_token_ids
 
 
 def main() -> None:
     log = logging.getLogger("layerlaws")
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
-    tokens = pl.read_parquet(snakemake.input.tokens)
+    tokens = observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens)
     check_enough_rows(tokens, params.offsets, facts.hidden_size)
     statistics = EquilearningStatistics(
         facts, params.offsets, params.norms, params.controls, params.shuffle_seed
@@ -33,6 +35,14 @@ def main() -> None:
         tokens, params.fuzziness["min_rows"], params.fuzziness["max_classes"]
     )
     fuzziness = SeparationFuzziness(facts, params.norms, classes)
+    views_config = params.token_views
+    word_ids = word_token_ids(views_config["groups"], load_tokenizer(snakemake.input.model))
+    views = TokenViews(
+        facts,
+        ViewedRows.choose(tokens, word_ids, views_config["max_rows"]),
+        views_config["layers"] or default_layers(facts.num_layers),
+        views_config["norm"],
+    )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -47,7 +57,7 @@ def main() -> None:
             model,
             facts,
             tokens,
-            [statistics, fuzziness],
+            [statistics, fuzziness, views],
             execution.batch_size,
             claim.device,
             logit_observers=[evaluation],
@@ -56,6 +66,9 @@ def main() -> None:
     held_out = evaluation.table()
     write_csv(snakemake.output.evaluation, held_out)
     write_csv(snakemake.output.fuzziness, fuzziness.table(params.cutoff))
+    write_csv(snakemake.output.token_views, views.table(views_config["groups"]))
+    with atomic_path(snakemake.output.token_states) as temporary, open(temporary, "wb") as handle:
+        np.savez(handle, **views.arrays())
     write_json(snakemake.output.report, {**asdict(facts), **report})
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",

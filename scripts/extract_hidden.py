@@ -9,6 +9,7 @@ import torch
 from layerlaws.atomic import atomic_path
 from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
+from layerlaws.forward_pass import observed_tokens
 from layerlaws.hidden_writer import extract_hidden_states
 from layerlaws.logs import run_logged
 from layerlaws.models import load_model, plan_placement, read_facts
@@ -17,7 +18,7 @@ from layerlaws.models import load_model, plan_placement, read_facts
 def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
-    tokens = pl.read_parquet(snakemake.input.tokens)
+    tokens = observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens)
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:

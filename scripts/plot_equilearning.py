@@ -1,9 +1,10 @@
-"""Snakemake entry point: law, norm-mode and fuzziness figures of one model × dataset."""
+"""Snakemake entry point: law, norm-mode, fuzziness and token-view figures of one model ×
+dataset."""
 
 import polars as pl
 
 from layerlaws.logs import run_logged
-from layerlaws.plots import plot_fuzziness, plot_law, plot_norms
+from layerlaws.plots import plot_fuzziness, plot_law, plot_norms, plot_token_views
 
 
 def main() -> None:
@@ -14,6 +15,8 @@ def main() -> None:
     plot_norms(pr, snakemake.output.norms, snakemake.params.title, options)
     fuzziness = pl.read_csv(snakemake.input.fuzziness)
     plot_fuzziness(pr, fuzziness, snakemake.output.fuzziness, snakemake.params.title, options)
+    views = pl.read_csv(snakemake.input.token_views)
+    plot_token_views(views, snakemake.output.token_views, snakemake.params.title, options)
 
 
 run_logged(main, snakemake.log[0])

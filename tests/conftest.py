@@ -141,6 +141,9 @@ def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "fixed_input_token": 1,
             "lss_window": 2,
         },
+        "equilearning": {
+            "token_views": {"groups": [["is", "are"], ["the"]], "layers": [0, 4], "max_rows": 20}
+        },
         "hidden_states": {"keep": True},
         "execution": {
             "batch_size": 8,

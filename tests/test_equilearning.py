@@ -13,7 +13,7 @@ from layerlaws.equilearning import (
     target_matrix,
 )
 from layerlaws.errors import LayerlawsError
-from layerlaws.forward_pass import run_forward_pass, text_rows
+from layerlaws.forward_pass import observed_tokens, run_forward_pass, text_rows
 from layerlaws.hidden import HiddenStates
 from layerlaws.hidden_writer import HiddenStateWriter
 from layerlaws.models import load_model, load_tokenizer, prepare_model
@@ -24,13 +24,15 @@ NORMS = ["model", "standardize", "none"]
 CONTROLS = ["none", "shuffled_vocab"]
 
 
-def measured(folder, texts, root, batch_size, keep=True):
+def measured(folder, texts, root, batch_size, keep=True, special_tokens="exclude"):
     """(facts, tokens, statistics, kept states) of one pass over ``texts``."""
     facts = prepare_model({"source": {"kind": "local", "path": str(folder)}}, root / "m")
     sentences = pl.DataFrame(
         {"sentence_id": list(range(len(texts))), "text": texts, "source": ["t"] * len(texts)}
     )
-    tokens = tokenize_sentences(sentences, load_tokenizer(root / "m"), max_tokens=20)
+    tokens = observed_tokens(
+        tokenize_sentences(sentences, load_tokenizer(root / "m"), max_tokens=20), special_tokens
+    )
     statistics = EquilearningStatistics(facts, OFFSETS, NORMS, CONTROLS, shuffle_seed=0)
     observers = [statistics]
     if keep:
@@ -61,6 +63,27 @@ def test_streamed_pr_matches_lstsq_for_every_layer_offset_norm_and_control(pass_
         )
         assert row["n_rows"] == n_rows
         assert row["pr"] == pytest.approx(expected, abs=1e-9), row
+
+
+def test_special_tokens_included_as_he_and_su(llama_folder, texts, tmp_path):
+    """``include``: BOS is a row too (every 1 ≤ t ≤ T−1 predicts t+1); the PR still matches
+    lstsq on the kept rows, which now start with each sequence's BOS."""
+    _, tokens, statistics, hidden = measured(
+        llama_folder, texts[:20], tmp_path, 8, special_tokens="include"
+    )
+    table = statistics.table()
+    bos = load_tokenizer(tmp_path / "m").bos_token_id
+    first = hidden.rows.group_by("sentence_id").agg(pl.col("token_id").first())
+    assert (first["token_id"] == bos).all()
+    next_token = table.filter((pl.col("offset") == 1) & (pl.col("layer") == 0))
+    assert (next_token["n_rows"] == len(tokens) - tokens["sentence_id"].n_unique()).all()
+    for row in table.filter(pl.col("offset") == 1).iter_rows(named=True):
+        expected, _ = reference_pr(
+            hidden, row["layer"], row["offset"], row["norm"], row["control"] == "shuffled_vocab"
+        )
+        assert row["pr"] == pytest.approx(expected, abs=1e-9), row
+    excluded = measured(llama_folder, texts[:20], tmp_path / "x", 8, keep=False)[2].table()
+    assert excluded["n_rows"].max() < table["n_rows"].max()
 
 
 def test_batch_size_changes_nothing(llama_folder, texts, tmp_path):

@@ -10,6 +10,7 @@ import json
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import polars as pl
 import pytest
 import yaml
@@ -96,6 +97,13 @@ def test_outputs_and_their_columns(finished):
     assert fuzziness.columns == ["layer", "norm", "fuzziness", "n_classes", "n_rows"]
     assert len(fuzziness) == 5 * 3 and (fuzziness["fuzziness"] > 0).all()
     assert (results / "equilearning/tiny-llama/mini/fuzziness.svg").stat().st_size > 1000
+    views = pl.read_csv(results / "equilearning/tiny-llama/mini/token_views.csv")
+    assert set(views["group"]) == {"is/are", "the"} and set(views["layer"]) == {0, 4}
+    assert views.group_by("word", "layer").len()["len"].max() <= 20
+    with np.load(results / "equilearning/tiny-llama/mini/token_views.npz") as states:
+        assert sorted(states) == ["layer_0", "layer_4"]
+        assert states["layer_4"].shape == (views.filter(pl.col("layer") == 4).height, 24)
+    assert (results / "equilearning/tiny-llama/mini/token_views.svg").stat().st_size > 1000
     log = (results / "logs/equilearning_pass/tiny-llama/mini.log").read_text()
     assert "running on cpu" in log
 
