@@ -8,7 +8,9 @@ at these places, never from a family's ``output_hidden_states`` convention:
   positions to and normalises them);
 - layer l (1 ≤ l < L) is what block l + 1 receives (the output of block l, after anything
   the model does between blocks, such as RWKV's rescaling);
-- layer L is what the LM head receives (after the final norm, if the model has one).
+- layer L is what the LM head receives (after the final norm, if the model has one); for
+  encoders, whose masked-LM head transforms the stream (dense, activation, norm) before
+  W_U, what that head receives: the last block's output.
 
 Facts that can be read from the model itself are read, not stored here: the norm's type
 (from its class) and epsilon (from the module), the number of blocks, the hidden size,
@@ -48,6 +50,12 @@ class Architecture:
     post_ln: bool = False
     """Each block normalises the residual stream it outputs (GPT-1, BERT); otherwise the
     stream between blocks is raw (pre-LN, nearly all models)."""
+    head_input: str | None = None
+    """Attribute path of the module whose input is layer L when the LM head reads a
+    transformed stream (an encoder's masked-LM head); None: the LM head itself."""
+    objective: str = "causal"
+    """``causal`` (loaded as AutoModelForCausalLM) or ``masked`` (an encoder trained on
+    masked-LM, loaded as AutoModelForMaskedLM)."""
     norm_eps: float | None = None
     """The norms' epsilon, for families whose norm module does not store it."""
     requires: Mapping[str, Any] = field(default_factory=dict)
@@ -117,6 +125,26 @@ ARCHITECTURES: dict[str, Architecture] = {
     "mamba2": _MAMBA,
     "falcon_mamba": _MAMBA,
     "rwkv": Architecture("rwkv.blocks", "rwkv.embeddings", "rwkv.ln_out", lm_head="head"),
+    "bert": Architecture(
+        "bert.encoder.layer",
+        "bert.embeddings.word_embeddings",
+        None,
+        lm_head="cls.predictions.decoder",
+        head_input="cls",
+        post_ln=True,
+        objective="masked",
+        requires={"is_decoder": False},
+    ),
+    "roberta": Architecture(
+        "roberta.encoder.layer",
+        "roberta.embeddings.word_embeddings",
+        None,
+        lm_head="lm_head.decoder",
+        head_input="lm_head",
+        post_ln=True,
+        objective="masked",
+        requires={"is_decoder": False},
+    ),
 }
 
 
@@ -167,6 +195,22 @@ def embeddings_of(model: torch.nn.Module) -> torch.nn.Module:
 def lm_head_of(model: torch.nn.Module) -> torch.nn.Module:
     """The LM head (W_U as its ``weight``, (vocab_size, hidden_size))."""
     return module_at(model, architecture_of(model.config).lm_head)
+
+
+def head_input_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose input is layer L: the LM head, or an encoder's masked-LM head."""
+    architecture = architecture_of(model.config)
+    return module_at(model, architecture.head_input or architecture.lm_head)
+
+
+def auto_class(model_type: str) -> Any:
+    """The transformers auto class a family is loaded with (causal or masked LM; causal
+    for a family not in the table, which is rejected once its config is read)."""
+    import transformers
+
+    row = ARCHITECTURES.get(model_type)
+    masked = row is not None and row.objective == "masked"
+    return transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
 
 
 NORM_TYPES = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}

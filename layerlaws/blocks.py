@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from layerlaws.architectures import architecture_of, blocks_of, lm_head_of, module_at
+from layerlaws.architectures import architecture_of, blocks_of, head_input_of, module_at
 
 
 def first_output(output: Any) -> torch.Tensor:
@@ -44,7 +44,7 @@ def _split_call(
 def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
     """While active, every forward pass calls ``record(layer, state)`` for layers 0..L in
     order: ``state`` (batch, tokens, hidden_size) is what block ``layer`` + 1 receives for
-    layer < L, and what the LM head receives for layer L."""
+    layer < L, and what the LM head (an encoder's masked-LM head) receives for layer L."""
     blocks = blocks_of(model)
 
     def before_block(layer: int) -> Callable[..., None]:
@@ -55,7 +55,7 @@ def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Ite
         for layer, block in enumerate(blocks)
     ]
     hooks.append(
-        lm_head_of(model).register_forward_pre_hook(
+        head_input_of(model).register_forward_pre_hook(
             lambda _head, args: record(len(blocks), args[0])
         )
     )

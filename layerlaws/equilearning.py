@@ -48,8 +48,9 @@ def target_ids(rows: pl.DataFrame, offsets: Sequence[int]) -> tuple[np.ndarray, 
     """For each row and offset k, the id of the token k positions on in the same sequence.
 
     ``rows`` has columns sentence_id, position, token_id (the observed rows, in order; a
-    sequence's rows are all present). Returns ``ids`` (n_rows, len(offsets)) int64, 0
-    where there is no such text token, and ``defined`` (n_rows, len(offsets)) bool.
+    sequence's rows are all present), and optionally is_target (masked-LM probing: only
+    those rows have targets). Returns ``ids`` (n_rows, len(offsets)) int64, 0 where there
+    is no such text token, and ``defined`` (n_rows, len(offsets)) bool.
     """
     lookup = rows.select("sentence_id", "position", pl.col("token_id").alias("target_id"))
     ids, defined = [], []
@@ -60,6 +61,8 @@ def target_ids(rows: pl.DataFrame, offsets: Sequence[int]) -> tuple[np.ndarray, 
         )["target_id"]
         defined.append(target.is_not_null().to_numpy())
         ids.append(target.fill_null(0).to_numpy().astype(np.int64))
+    if "is_target" in rows.columns:
+        defined = [column & rows["is_target"].to_numpy() for column in defined]
     return np.column_stack(ids), np.column_stack(defined)
 
 
@@ -159,7 +162,11 @@ class EquilearningStatistics:
         if device not in self._on_device:
             self._on_device[device] = (self._targets.to(device), self._defined.to(device))
         targets, defined = self._on_device[device]
-        features = states.to(torch.float64)
+        # Rows with no target at any offset (unmasked rows of masked-LM probing) count
+        # nowhere: leaving them out beats adding and subtracting them.
+        useful = defined.any(dim=1)
+        targets, defined = targets[useful], defined[useful]
+        features = states[useful].to(torch.float64)
         lacking = [i for i in range(len(self.offsets)) if not defined[:, i].all()]
         prepared: list[tuple[Moments, torch.Tensor]] = []
         for norm in self.norms_of(layer):

@@ -1,11 +1,12 @@
 """Held-out evaluation of a model on a probing dataset, from the logits of the same forward
 pass that gathers the equi-learning statistics.
 
-The predictions counted are those of the regression rows of offset +1: from every text
-token whose next position holds a text token of the same sequence (special tokens are
-neither inputs nor targets). Loss is the mean cross-entropy in nats, accumulated in
-float64; perplexity is exp(loss); accuracy the share of predictions whose largest logit is
-the next token.
+The predictions counted are those of the regression rows of the probe's target offset:
++1 for next-token probing (every text token whose next position holds a text token of the
+same sequence; special tokens are neither inputs nor targets), 0 for masked-LM probing
+(the masked positions, predicting their original token). Loss is the mean cross-entropy
+in nats, accumulated in float64; perplexity is exp(loss); accuracy the share of
+predictions whose largest logit is the target.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from layerlaws.equilearning import target_ids
 class HeldOutEvaluation:
     """A logit observer of ``layerlaws.forward_pass.run_forward_pass``."""
 
-    def __init__(self) -> None:
+    def __init__(self, target_offset: int = 1) -> None:
+        self.target_offset = target_offset
         self.loss_sum = 0.0
         self.correct = 0
         self.count = 0
@@ -31,7 +33,7 @@ class HeldOutEvaluation:
 
     def begin_batch(self, batch: Any) -> None:
         """The rows (text tokens) the next logits belong to."""
-        ids, defined = target_ids(batch.rows, [1])
+        ids, defined = target_ids(batch.rows, [self.target_offset])
         self._targets = torch.from_numpy(ids[:, 0])
         self._defined = torch.from_numpy(defined[:, 0])
 

@@ -40,18 +40,31 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TokenSequence:
-    """One tokenised sentence: its ids (T,) int64 and which positions are special (T,) bool."""
+    """One tokenised sentence: its ids (T,) int64, which positions are special (T,) bool,
+    the ids the model reads (T,) int64 (the same ids, or masked ones), and which rows have
+    targets (T,) bool (every row, or the masked positions)."""
 
     sentence_id: int
     token_ids: np.ndarray
     is_special: np.ndarray
+    input_ids: np.ndarray
+    is_target: np.ndarray
 
 
 def sequences_of(tokens: pl.DataFrame) -> list[TokenSequence]:
-    """Split a tokens table into sequences, in order of first appearance."""
+    """Split a tokens table into sequences, in order of first appearance. A masked table
+    (``layerlaws.masking``) brings its ``input_id`` and ``is_target`` columns."""
     ordered = tokens.sort(["sentence_id", "position"], maintain_order=True)
+    if "input_id" not in ordered.columns:
+        ordered = ordered.with_columns(input_id=pl.col("token_id"), is_target=pl.lit(True))
     return [
-        TokenSequence(int(key[0]), part["token_id"].to_numpy(), part["is_special"].to_numpy())
+        TokenSequence(
+            int(key[0]),
+            part["token_id"].to_numpy(),
+            part["is_special"].to_numpy(),
+            part["input_id"].to_numpy(),
+            part["is_target"].to_numpy(),
+        )
         for key, part in ordered.group_by("sentence_id", maintain_order=True)
     ]
 
@@ -74,11 +87,13 @@ def first_rows(sequences: Sequence[TokenSequence]) -> np.ndarray:
 
 def text_rows(tokens: pl.DataFrame) -> pl.DataFrame:
     """The observed rows of a tokens table in row order (by sequence, then position):
-    ``sentence_id``, ``position``, ``token_id`` of its text tokens."""
+    ``sentence_id``, ``position``, ``token_id`` of its text tokens, and ``is_target`` for
+    a masked table."""
+    columns = ["sentence_id", "position", "token_id"]
     return (
         tokens.filter(~pl.col("is_special"))
         .sort(["sentence_id", "position"], maintain_order=True)
-        .select("sentence_id", "position", "token_id")
+        .select(*columns, *(["is_target"] if "is_target" in tokens.columns else []))
     )
 
 
@@ -111,8 +126,8 @@ class Batch:
     attention_mask: torch.Tensor
     """(B, W) int64, 1 on real positions."""
     rows: pl.DataFrame
-    """``sentence_id``, ``position``, ``token_id`` of the observed (text) tokens, in the
-    order of the observed states' rows."""
+    """``sentence_id``, ``position``, ``token_id``, ``is_target`` of the observed (text)
+    tokens, in the order of the observed states' rows."""
     row_numbers: np.ndarray
     """(n_text,) int64: each observed token's row in ``text_rows`` of the whole table."""
     batch_index: torch.Tensor
@@ -133,7 +148,7 @@ class Batch:
         batch_index, position_index, row_numbers, frames = [], [], [], []
         for row, (i, length) in enumerate(zip(indices, lengths, strict=True)):
             sequence = sequences[i]
-            input_ids[row, :length] = torch.tensor(sequence.token_ids)
+            input_ids[row, :length] = torch.tensor(sequence.input_ids)
             attention[row, :length] = 1
             positions = np.flatnonzero(~sequence.is_special)
             batch_index.append(np.full(len(positions), row))
@@ -147,6 +162,7 @@ class Batch:
                         ),
                         "position": positions.astype(np.int32),
                         "token_id": sequence.token_ids[positions],
+                        "is_target": sequence.is_target[positions],
                     }
                 )
             )

@@ -1,6 +1,7 @@
 """Separation fuzziness of every layer (He & Su, Fig. S8), streamed from the model pass.
 
-With the next token as the class c of a row h (a text token followed by a text token),
+With the next token as the class c of a row h (a text token followed by a text token; for
+masked-LM probing, the masked token itself: the probe's target offset),
 
     SS_w = (1/N) Σ_c Σ_{i∈c} (h_i − μ_c)(h_i − μ_c)ᵀ,   SS_b = (1/N) Σ_c n_c (μ_c − μ)(μ_c − μ)ᵀ,
     D = Tr(SS_w · SS_b⁺).
@@ -39,10 +40,12 @@ FUZZINESS_SCHEMA = {
 }
 
 
-def fuzziness_classes(tokens: pl.DataFrame, min_rows: int, max_classes: int) -> np.ndarray:
-    """The classes counted: next-token ids that follow at least ``min_rows`` text tokens
-    of ``tokens`` (a tokens table), the ``max_classes`` most frequent, sorted by id."""
-    ids, defined = target_ids(text_rows(tokens), [1])
+def fuzziness_classes(
+    tokens: pl.DataFrame, min_rows: int, max_classes: int, target_offset: int = 1
+) -> np.ndarray:
+    """The classes counted: target ids (offset ``target_offset``) of at least ``min_rows``
+    rows of ``tokens`` (a tokens table), the ``max_classes`` most frequent, sorted by id."""
+    ids, defined = target_ids(text_rows(tokens), [target_offset])
     counts = np.bincount(ids[defined[:, 0], 0])
     frequent = np.flatnonzero(counts >= min_rows)
     chosen = frequent[np.argsort(-counts[frequent], kind="stable")[:max_classes]]
@@ -71,14 +74,20 @@ class SeparationFuzziness:
     """An observer of ``run_forward_pass``: the statistics of separation fuzziness of
     every layer × norm (layer L once, as the model outputs it)."""
 
-    def __init__(self, facts: ModelFacts, norms: Sequence[str], classes: np.ndarray) -> None:
+    def __init__(
+        self,
+        facts: ModelFacts,
+        norms: Sequence[str],
+        classes: np.ndarray,
+        target_offset: int = 1,
+    ) -> None:
         if len(classes) < 2:
             raise LayerlawsError(
                 f"separation fuzziness needs at least two next-token classes with enough rows, "
                 f"found {len(classes)}; lower equilearning.fuzziness.min_rows or sample more "
                 f"texts"
             )
-        self.facts, self.norms = facts, list(norms)
+        self.facts, self.norms, self.target_offset = facts, list(norms), target_offset
         self.classes = np.asarray(classes, dtype=np.int64)
         self.total: dict[tuple[int, str], Moments] = {}
         self.sums: dict[tuple[int, str], torch.Tensor] = {}
@@ -88,7 +97,7 @@ class SeparationFuzziness:
 
     def begin_batch(self, batch: Any) -> None:
         """The batch's rows whose next token is a counted class, and their class index."""
-        ids, defined = target_ids(batch.rows, [1])
+        ids, defined = target_ids(batch.rows, [self.target_offset])
         position = np.searchsorted(self.classes, ids[:, 0])
         position = np.minimum(position, len(self.classes) - 1)
         counted = defined[:, 0] & (self.classes[position] == ids[:, 0])

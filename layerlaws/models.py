@@ -20,6 +20,7 @@ import torch
 from layerlaws.architectures import (
     ARCHITECTURES,
     architecture_of,
+    auto_class,
     blocks_of,
     embeddings_of,
     lm_head_of,
@@ -173,10 +174,10 @@ def source_config(model_config: Mapping[str, Any]) -> Any:
 
 def skeleton_of(config: Any, trust_remote_code: bool) -> Any:
     """The model of ``config`` on the meta device: every module, no weights in memory."""
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        return auto_class(config.model_type).from_config(
+            config, trust_remote_code=trust_remote_code
+        )
 
 
 def _checked_tokenizer(folder: Path) -> Any:
@@ -190,10 +191,8 @@ def _checked_tokenizer(folder: Path) -> Any:
 
 
 def _randomly_initialised(model: Any, init_seed: int) -> Any:
-    from transformers import AutoModelForCausalLM
-
     torch.manual_seed(init_seed)
-    return AutoModelForCausalLM.from_config(model.config)
+    return auto_class(model.config.model_type).from_config(model.config)
 
 
 def tied_embeddings(model: Any) -> bool:
@@ -342,14 +341,14 @@ def load_model(
     """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES), on one device or
     spread by a device map (``plan_placement``); ``attention`` picks the attention
     implementation (``eager`` for Jacobians, whose batching rules the fused kernels lack)."""
-    from transformers import AutoModelForCausalLM
-
     options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
     if not isinstance(placement, str):
         options["device_map"] = dict(placement)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(weights_folder(folder)), dtype=DTYPES[dtype], **options
-    )
+    from transformers import AutoConfig
+
+    weights = str(weights_folder(folder))
+    model_type = AutoConfig.from_pretrained(weights).model_type
+    model = auto_class(model_type).from_pretrained(weights, dtype=DTYPES[dtype], **options)
     if isinstance(placement, str):
         model = model.to(placement)
     return model.eval().requires_grad_(False)

@@ -1,4 +1,4 @@
-"""Figures of the probability-signature stage (paper 003, Figs. 5 and 6B).
+"""Figures of the probability-signature stage (paper 003, Figs. 5A–E and 6B).
 
 ``options`` are the config's plot options: ``format``, ``dpi`` and ``width`` of every
 figure, and this stage's own ``heatmap_tokens`` (``plots.signatures``).
@@ -20,6 +20,7 @@ HEATMAPS = (
     ("W_U", "cos(W_U)"),
     ("next", "cos(φ_next)"),
     ("pre", "cos(φ_pre)"),
+    ("tilde", "cos(φ̃) = cos(φ_next + φ_pre)"),
 )
 
 
@@ -31,8 +32,9 @@ def _heatmap_grid(
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
 ) -> None:
-    figure, axes = plt.subplots(2, 2, figsize=(options["width"], options["width"]))
-    for axis, (name, caption) in zip(axes.ravel(), HEATMAPS, strict=True):
+    figure, axes = plt.subplots(2, 3, figsize=(options["width"], options["width"] * 2 / 3))
+    axes[1][2].axis("off")
+    for axis, (name, caption) in zip(axes.ravel(), HEATMAPS, strict=False):
         matrix = views[f"{prefix}_{name}"]
         image = axis.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
         axis.set_title(caption, fontsize=9)
@@ -128,4 +130,47 @@ def plot_per_token(
     axes[0][0].set_ylabel("row correlation")
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
+    save_figure(figure, path, options)
+
+
+def plot_rcos_by_corpus(
+    rcos: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """R_cos(W_E, φ_next) (top) and R_cos(W_U, φ_pre) (bottom) on each corpus (Fig. 5B),
+    with R_cos against φ̃ as open markers."""
+    corpora = rcos["corpus"].unique(maintain_order=True).to_list()
+    figure, axes = plt.subplots(
+        2, 1, figsize=(options["width"] / 2, 2 + 0.25 * len(corpora)), sharex=True
+    )
+    for axis, (matrix, signature) in zip(axes, (("W_E", "next"), ("W_U", "pre")), strict=True):
+        for name, marker, fill in ((signature, "o", None), ("tilde", "o", "none")):
+            block = rcos.filter((pl.col("matrix") == matrix) & (pl.col("signature") == name))
+            axis.plot(
+                block["corpus"],
+                block["r_cos"],
+                marker,
+                fillstyle="full" if fill is None else fill,
+                label=f"R_cos({matrix}, φ_{name})",
+            )
+        axis.axhline(0, color="0.6", linewidth=0.8, linestyle=":")
+        axis.legend(fontsize=7)
+    axes[1].set_xticks(range(len(corpora)), corpora, rotation=30, ha="right", fontsize=8)
+    figure.suptitle(f"{title}: R_cos on each corpus", fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path, options)
+
+
+def plot_per_token_by_corpus(
+    per_token: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Per-token agreement of W_E with φ_next against mean embedding similarity, the
+    tokens of every corpus pooled and coloured by corpus (Fig. 5C)."""
+    figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
+    block = per_token.filter((pl.col("matrix") == "W_E") & (pl.col("signature") == "next"))
+    for (corpus,), points in block.group_by("corpus", maintain_order=True):
+        axis.scatter(points["mean_similarity"], points["correlation"], s=2, alpha=0.3, label=corpus)
+    axis.set_xlabel("mean similarity of the token's cos(W_E) row")
+    axis.set_ylabel("Corr(cos(W_E) row, cos(φ_next) row)")
+    axis.set_title(f"{title}: tokens of every corpus", fontsize=10)
+    axis.legend(fontsize=7, markerscale=4)
     save_figure(figure, path, options)

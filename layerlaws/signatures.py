@@ -11,7 +11,7 @@ need no more). Every accumulated statistic (correlations, means) is computed in 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +132,16 @@ def per_token_agreement(
             correlations[rows] = cross / np.sqrt(var_x * var_y)
         means[rows] = sum_x / others
     return correlations, means
+
+
+def by_corpus(tables: Sequence[pl.DataFrame], corpora: Sequence[str]) -> pl.DataFrame:
+    """One table of several corpora's tables (same columns), a first column ``corpus``."""
+    return pl.concat(
+        [
+            table.select(pl.lit(corpus).alias("corpus"), pl.all())
+            for table, corpus in zip(tables, corpora, strict=True)
+        ]
+    )
 
 
 def percentiles(values: np.ndarray) -> np.ndarray:

@@ -134,6 +134,11 @@ def model_dtype(wildcards):
     return config["models"][wildcards.model]["dtype"]
 
 
+def model_probe(wildcards):
+    """A model's probing task as configured (auto, next_token or masked_lm)."""
+    return config["models"][wildcards.model].get("probe", "auto")
+
+
 def check_runs():
     """Every run names a configured model (after expansion) and dataset."""
     for index, run in enumerate(config["runs"]):
@@ -231,12 +236,25 @@ def signature_folder(model, dataset):
 SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
 
 
+def signature_corpora(model):
+    """The corpora a model's signatures are compared on, in config order."""
+    return [
+        run["dataset"] for run in config["signatures"]["runs"] if run["model"] == model
+    ]
+
+
 def signature_outputs():
     outputs = []
     for run in config["signatures"]["runs"]:
         folder = signature_folder(run["model"], run["dataset"])
         outputs += [f"{folder}/rcos.csv", f"{folder}/percentiles.csv"]
         outputs += [f"{folder}/{name}.{PLOT_FORMAT}" for name in SIGNATURE_FIGURES]
+    for model in dict.fromkeys(run["model"] for run in config["signatures"]["runs"]):
+        outputs += [
+            f"results/signatures/{model}/rcos_by_corpus.csv",
+            f"results/signatures/{model}/rcos_by_corpus.{PLOT_FORMAT}",
+            f"results/signatures/{model}/per_token_by_corpus.{PLOT_FORMAT}",
+        ]
     return outputs
 
 

@@ -27,6 +27,8 @@ rule equilearning_pass:
         fuzziness=config["equilearning"]["fuzziness"],
         token_views=config["equilearning"]["token_views"],
         special_tokens=config["equilearning"]["special_tokens"],
+        probe=model_probe,
+        masking=config["equilearning"]["masking"],
         dtype=model_dtype,
     script:
         "../scripts/equilearning_pass.py"

@@ -17,5 +17,7 @@ rule extract_hidden:
         dtype=model_dtype,
         storage_dtype=config["hidden_states"]["dtype"],
         special_tokens=config["equilearning"]["special_tokens"],
+        probe=model_probe,
+        masking=config["equilearning"]["masking"],
     script:
         "../scripts/extract_hidden.py"

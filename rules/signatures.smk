@@ -102,3 +102,42 @@ rule plot_signatures:
         title="{model} on {dataset}",
     script:
         "../scripts/plot_signatures.py"
+
+
+rule compare_corpora:
+    input:
+        rcos=lambda wildcards: [
+            f"{signature_folder(wildcards.model, corpus)}/rcos.csv"
+            for corpus in signature_corpora(wildcards.model)
+        ],
+        per_token=lambda wildcards: [
+            f"{signature_folder(wildcards.model, corpus)}/per_token.parquet"
+            for corpus in signature_corpora(wildcards.model)
+        ],
+    output:
+        rcos=report(
+            "results/signatures/{model}/rcos_by_corpus.csv",
+            caption="../report/signatures_rcos_by_corpus_table.rst",
+            category="Probability signatures",
+            subcategory="{model} across corpora",
+        ),
+        rcos_figure=report(
+            f"results/signatures/{{model}}/rcos_by_corpus.{PLOT_FORMAT}",
+            caption="../report/signatures_rcos_by_corpus.rst",
+            category="Probability signatures",
+            subcategory="{model} across corpora",
+        ),
+        per_token_figure=report(
+            f"results/signatures/{{model}}/per_token_by_corpus.{PLOT_FORMAT}",
+            caption="../report/signatures_per_token_by_corpus.rst",
+            category="Probability signatures",
+            subcategory="{model} across corpora",
+        ),
+    log:
+        "results/logs/compare_corpora/{model}.log",
+    params:
+        corpora=lambda wildcards: signature_corpora(wildcards.model),
+        plots=plot_options("signatures"),
+        title="{model}",
+    script:
+        "../scripts/compare_corpora.py"

@@ -17,6 +17,7 @@ from layerlaws.execution import Execution
 from layerlaws.forward_pass import observed_tokens, run_forward_pass
 from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
 from layerlaws.logs import run_logged
+from layerlaws.masking import TARGET_OFFSETS, probe_of, probe_tokens
 from layerlaws.models import load_model, load_tokenizer, plan_placement, read_facts
 from layerlaws.token_views import TokenViews, ViewedRows, default_layers, word_token_ids
 
@@ -25,18 +26,27 @@ def main() -> None:
     log = logging.getLogger("layerlaws")
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
-    tokens = observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens)
+    tokenizer = load_tokenizer(snakemake.input.model)
+    probe = probe_of(params.probe, facts.model_type)
+    tokens = probe_tokens(
+        observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens),
+        probe,
+        facts.vocab_size,
+        tokenizer.mask_token_id,
+        params.masking,
+    )
+    target_offset = TARGET_OFFSETS[probe]
     check_enough_rows(tokens, params.offsets, facts.hidden_size)
     statistics = EquilearningStatistics(
         facts, params.offsets, params.norms, params.controls, params.shuffle_seed
     )
-    evaluation = HeldOutEvaluation()
+    evaluation = HeldOutEvaluation(target_offset)
     classes = fuzziness_classes(
-        tokens, params.fuzziness["min_rows"], params.fuzziness["max_classes"]
+        tokens, params.fuzziness["min_rows"], params.fuzziness["max_classes"], target_offset
     )
-    fuzziness = SeparationFuzziness(facts, params.norms, classes)
+    fuzziness = SeparationFuzziness(facts, params.norms, classes, target_offset)
     views_config = params.token_views
-    word_ids = word_token_ids(views_config["groups"], load_tokenizer(snakemake.input.model))
+    word_ids = word_token_ids(views_config["groups"], tokenizer)
     views = TokenViews(
         facts,
         ViewedRows.choose(tokens, word_ids, views_config["max_rows"]),
@@ -69,7 +79,7 @@ def main() -> None:
     write_csv(snakemake.output.token_views, views.table(views_config["groups"]))
     with atomic_path(snakemake.output.token_states) as temporary, open(temporary, "wb") as handle:
         np.savez(handle, **views.arrays())
-    write_json(snakemake.output.report, {**asdict(facts), **report})
+    write_json(snakemake.output.report, {**asdict(facts), **report, "probe": probe})
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
         report["n_rows"],

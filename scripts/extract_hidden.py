@@ -12,13 +12,20 @@ from layerlaws.execution import Execution
 from layerlaws.forward_pass import observed_tokens
 from layerlaws.hidden_writer import extract_hidden_states
 from layerlaws.logs import run_logged
-from layerlaws.models import load_model, plan_placement, read_facts
+from layerlaws.masking import probe_of, probe_tokens
+from layerlaws.models import load_model, load_tokenizer, plan_placement, read_facts
 
 
 def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
-    tokens = observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens)
+    tokens = probe_tokens(
+        observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens),
+        probe_of(params.probe, facts.model_type),
+        facts.vocab_size,
+        load_tokenizer(snakemake.input.model).mask_token_id,
+        params.masking,
+    )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:

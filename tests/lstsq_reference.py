@@ -9,12 +9,14 @@ from layerlaws.regression import DEFAULT_CUTOFF
 
 
 def reference_pr(hidden, layer, offset, norm, shuffled):
-    """Build the regression rows by hand (a Python loop over tokens) and solve with
+    """Build the regression rows by hand (a Python loop over tokens; for masked-LM rows, only
+    those with ``is_target``) and solve with
     float64 lstsq on the centred rows; rcond = sqrt(cutoff) drops the same directions as
     our eigenvalue cut-off (features right after a LayerNorm are exactly rank-deficient)."""
     meta = hidden.metadata
     x = torch.from_numpy(hidden.layer(layer).astype(np.float64))
-    if layer < hidden.num_layers:
+    # He & Su's ``model`` norm is for pre-LN models: a post-LN stream is used as it is.
+    if layer < hidden.num_layers and not (norm == "model" and meta["post_ln"]):
         x = normalize(x, norm, meta["norm_type"], meta["norm_eps"])
     x = x.numpy()
     permutation = np.random.default_rng(0).permutation(meta["vocab_size"])
@@ -22,9 +24,14 @@ def reference_pr(hidden, layer, offset, norm, shuffled):
         (s, p): t
         for s, p, t in hidden.rows.select("sentence_id", "position", "token_id").iter_rows()
     }
+    has_target = (
+        hidden.rows["is_target"].to_list()
+        if "is_target" in hidden.rows.columns
+        else [True] * hidden.rows.height
+    )
     inputs, targets = [], []
     for row, (s, p) in enumerate(hidden.rows.select("sentence_id", "position").iter_rows()):
-        if (s, p + offset) in where:
+        if has_target[row] and (s, p + offset) in where:
             token = where[(s, p + offset)]
             inputs.append(x[row])
             targets.append(permutation[token] if shuffled else token)

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 import torch
 from conftest import llama_tokenizer
-from tiny_models import FAMILIES, WIDTH, save_tiny_model
+from tiny_models import ENCODER_OPTIONS, FAMILIES, WIDTH, save_tiny_model
 
 from layerlaws.architectures import ARCHITECTURES
 from layerlaws.blocks import trace_blocks
@@ -139,7 +139,7 @@ def test_family_is_measured_right(family, tokenizer, tokens, tmp_path):
 
 
 def test_the_table_lists_exactly_the_tested_families():
-    assert set(ARCHITECTURES) == set(FAMILIES)
+    assert set(ARCHITECTURES) == set(FAMILIES) | set(ENCODER_OPTIONS)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,8 @@ def test_the_table_lists_exactly_the_tested_families():
             {"apply_residual_connection_post_layernorm": True},
             "apply_residual_connection_post_layernorm=True is not supported",
         ),
-        ("bert", {"is_decoder": True}, "model type 'bert' is not in the architecture table"),
+        ("bert", {"is_decoder": True}, "'bert' with is_decoder=True is not supported"),
+        ("electra", {}, "model type 'electra' is not in the architecture table"),
     ],
 )
 def test_unsupported_models_are_rejected_before_measuring(
@@ -159,7 +160,7 @@ def test_unsupported_models_are_rejected_before_measuring(
 ):
     from transformers import CONFIG_MAPPING
 
-    if family in FAMILIES:
+    if family in FAMILIES or family in ENCODER_OPTIONS:
         save_tiny_model(tmp_path / "source", family, tokenizer, **change)
     else:
         config = CONFIG_MAPPING[family](

@@ -25,7 +25,7 @@ from layerlaws.job_needs import JobPlanner
 pytestmark = pytest.mark.slow
 
 EQUILEARNING_FIGURES = {"plot_equilearning", "plot_summary"}
-EVERY_FIGURE = EQUILEARNING_FIGURES | {"plot_signatures", "plot_coupling"}
+EVERY_FIGURE = EQUILEARNING_FIGURES | {"plot_signatures", "compare_corpora", "plot_coupling"}
 ONE_PASS_ONWARDS = {
     "extract_hidden": 1,
     "equilearning_pass": 1,
@@ -128,6 +128,10 @@ def test_signature_outputs(finished):
     for model, corpus, tied in (("tiny-llama", "mini", False), ("tiny-gpt2", "pooled", True)):
         folder = results / model / corpus
         rcos = pl.read_csv(folder / "rcos.csv")
+        by_corpus = pl.read_csv(results / model / "rcos_by_corpus.csv")
+        assert by_corpus.equals(rcos.select(pl.lit(corpus).alias("corpus"), pl.all()))
+        for name in ("rcos_by_corpus", "per_token_by_corpus"):
+            assert (results / model / f"{name}.svg").stat().st_size > 1000
         assert rcos.columns == ["matrix", "signature", "r_cos", "n_tokens"]
         assert {("W_E", "next"), ("W_U", "pre"), ("W_E", "tilde"), ("W_U", "tilde")} <= set(
             rcos.select("matrix", "signature").rows()
@@ -254,7 +258,7 @@ def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
 def test_a_stage_plot_option_reruns_only_that_stage_figures(finished, base_config, tmp_path):
     config = copy.deepcopy(base_config) | {"plots": {"signatures": {"heatmap_tokens": 10}}}
     jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
-    assert jobs == {"plot_signatures": 2, "all": 1}
+    assert jobs == {"plot_signatures": 2, "compare_corpora": 2, "all": 1}
 
 
 def test_a_figure_option_reruns_every_figure_and_nothing_else(finished, base_config, tmp_path):
@@ -267,7 +271,7 @@ def test_changing_c_does_not_recount(finished, base_config, tmp_path):
     config = copy.deepcopy(base_config)
     config["signatures"]["top_tokens"] = 30
     jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
-    assert set(jobs) == {"compare_signatures", "plot_signatures", "all"}
+    assert set(jobs) == {"compare_signatures", "plot_signatures", "compare_corpora", "all"}
 
 
 def test_max_tokens_reruns_tokenisation_and_after_but_not_sampling(finished, base_config, tmp_path):
@@ -321,8 +325,9 @@ def test_estimate_plans_the_paper_config_before_anything_is_downloaded(tmp_path)
     result = snakemake(tmp_path, "estimate", configfile=REPO / "configs" / "paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("equilearning_pass")]
-    # 20 models on their paper datasets, 19 Pythia-1B checkpoints, 3 more GPT-2 sizes.
-    assert len(rows) == 42
+    # 20 models on their paper datasets, 4 encoder probes (He & Su Fig. 7), 19 Pythia-1B
+    # checkpoints, 3 more GPT-2 sizes.
+    assert len(rows) == 46
     llama = next(row for row in rows if " llama2-13b " in row)
     assert "13.02B" in llama and "<= 51,200" in llama
     assert any(" pythia-1b@step143000 " in row for row in rows)
@@ -422,7 +427,7 @@ def test_paper_config_dry_runs(tmp_path):
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
     assert jobs["summarize_series"] == 3 and jobs["plot_series"] == 3
     # 20 models on their datasets, 19 checkpoints and 3 GPT-2 sizes on BookCorpus.
-    assert jobs["equilearning_pass"] == 42
+    assert jobs["equilearning_pass"] == 46
     # 19 checkpoints and 24 base models on the leaderboard prompts.
     assert jobs["measure_coupling"] == 43
     # The four probing datasets the runs use and the six leaderboard datasets.

@@ -1,4 +1,5 @@
-"""Tiny randomly initialised causal LMs of every family in the architecture table.
+"""Tiny randomly initialised causal LMs (and masked-LM encoders) of every family in the
+architecture table.
 
 Each is built from its transformers config class with a few hidden units and layers, so a
 family is exercised end to end in a fraction of a second. Sizes that every family shares
@@ -12,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import CONFIG_MAPPING, AutoModelForCausalLM, PreTrainedTokenizerBase
+from transformers import CONFIG_MAPPING, PreTrainedTokenizerBase
+
+from layerlaws.architectures import auto_class
 
 WIDTH = 32
 """Hidden size of the family models."""
@@ -81,9 +84,15 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "mamba2": {"state_size": 8, "num_heads": 8, "head_dim": 8, "n_groups": 1, "chunk_size": 8},
     "rwkv": {"attention_hidden_size": WIDTH, "intermediate_size": 64, "context_length": 64},
 }
-"""Config options of each family besides vocabulary, width and depth."""
+"""Config options of each causal family besides vocabulary, width and depth."""
 
 FAMILIES = tuple(FAMILY_OPTIONS)
+ENCODER_OPTIONS: dict[str, dict[str, Any]] = {
+    "bert": {**_ATTENTION, "intermediate_size": 64},
+    "roberta": {**_ATTENTION, "intermediate_size": 64},
+}
+"""Config options of each masked-LM encoder family."""
+FAMILY_OPTIONS.update(ENCODER_OPTIONS)
 
 
 def tiny_config(family: str, tokenizer: PreTrainedTokenizerBase, **sizes: Any) -> Any:
@@ -113,7 +122,7 @@ def save_tiny_model(
     ``dtype``, and ``tokenizer`` to ``folder``."""
     torch.manual_seed(0)
     config = tiny_config(family, tokenizer, dtype=dtype, **sizes)
-    model = AutoModelForCausalLM.from_config(config).to(dtype)
+    model = auto_class(family).from_config(config).to(dtype)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -1,0 +1,24 @@
+"""Snakemake entry point: one model's signatures across the corpora they were compared on
+(Yao & Xu Fig. 5B and 5C): R_cos per corpus as a table and a figure, and the per-token
+view with every corpus's tokens pooled."""
+
+import polars as pl
+
+from layerlaws.atomic import write_csv
+from layerlaws.logs import run_logged
+from layerlaws.signature_plots import plot_per_token_by_corpus, plot_rcos_by_corpus
+from layerlaws.signatures import by_corpus
+
+
+def main() -> None:
+    params, output = snakemake.params, snakemake.output
+    rcos = by_corpus([pl.read_csv(path) for path in snakemake.input.rcos], params.corpora)
+    per_token = by_corpus(
+        [pl.read_parquet(path) for path in snakemake.input.per_token], params.corpora
+    )
+    write_csv(output.rcos, rcos)
+    plot_rcos_by_corpus(rcos, params.title, output.rcos_figure, params.plots)
+    plot_per_token_by_corpus(per_token, params.title, output.per_token_figure, params.plots)
+
+
+run_logged(main, snakemake.log[0])
