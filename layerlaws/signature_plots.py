@@ -143,13 +143,13 @@ def plot_rcos_by_corpus(
         2, 1, figsize=(options["width"] / 2, 2 + 0.25 * len(corpora)), sharex=True
     )
     for axis, (matrix, signature) in zip(axes, (("W_E", "next"), ("W_U", "pre")), strict=True):
-        for name, marker, fill in ((signature, "o", None), ("tilde", "o", "none")):
+        for name, fill in ((signature, "full"), ("tilde", "none")):
             block = rcos.filter((pl.col("matrix") == matrix) & (pl.col("signature") == name))
             axis.plot(
                 block["corpus"],
                 block["r_cos"],
-                marker,
-                fillstyle="full" if fill is None else fill,
+                "o",
+                fillstyle=fill,
                 label=f"R_cos({matrix}, φ_{name})",
             )
         axis.axhline(0, color="0.6", linewidth=0.8, linestyle=":")

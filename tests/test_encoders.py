@@ -180,7 +180,7 @@ def test_encoder_blocks_trace_and_differentiate(encoder):
 
 
 def test_an_encoder_runs_through_the_workflow_under_both_probes(
-    encoder_tokenizer, corpus_file, tmp_path
+    encoder_tokenizer, base_config, tmp_path
 ):
     """A tiny BERT as two models of one source, probed with its own masked-LM task and
     with next-token targets: the same stages run, each pass records its probe, and only
@@ -196,13 +196,7 @@ def test_an_encoder_runs_through_the_workflow_under_both_probes(
                 "bert-mlm": {"source": local},
                 "bert-ntp": {"source": local, "probe": "next_token"},
             },
-            "datasets": {
-                "mini": {
-                    "source": {"kind": "files", "paths": [str(corpus_file)]},
-                    "n_samples": 40,
-                    "max_tokens": 24,
-                }
-            },
+            "datasets": base_config["datasets"],
             "runs": [
                 {"model": "bert-mlm", "dataset": "mini"},
                 {"model": "bert-ntp", "dataset": "mini"},
