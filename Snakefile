@@ -24,6 +24,7 @@ wildcard_constraints:
     prompts=KEY_PATTERN,
     training=KEY_PATTERN,
     series=KEY_PATTERN,
+    task="|".join(ADDITION_TASKS),
 
 
 include: "rules/training.smk"
@@ -35,6 +36,7 @@ include: "rules/equilearning.smk"
 include: "rules/signatures.smk"
 include: "rules/coupling.smk"
 include: "rules/series.smk"
+include: "rules/synthetic.smk"
 
 
 rule all:

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -58,3 +58,12 @@ def write_csv(path: str | os.PathLike[str], frame: Any) -> None:
     """Write a polars DataFrame to CSV, atomically."""
     with atomic_path(path) as temporary:
         frame.write_csv(temporary)
+
+
+def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> None:
+    """Write named arrays to an uncompressed ``.npz``, atomically (written through a
+    handle, so NumPy does not append ``.npz`` to the temporary name)."""
+    import numpy as np
+
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        np.savez(handle, **arrays)

@@ -12,6 +12,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from layerlaws.addition_tasks import TASKS as ADDITION_TASKS
 from layerlaws.corpus import prompt_datasets
 from layerlaws.errors import LayerlawsError
 from layerlaws.execution import Execution
@@ -203,12 +204,79 @@ def equilearning_folder(model, dataset):
     return f"results/equilearning/{model}/{dataset}"
 
 
-def final_outputs():
-    outputs = [
-        "results/equilearning/summary.csv",
-        "results/equilearning/best_datasets.csv",
-        f"results/equilearning/summary.{PLOT_FORMAT}",
+SYNTHETIC_FIGURES = ("dynamics", "embeddings", "signatures", "unembedding")
+SYNTHETIC_DATA_KEYS = ("anchors", "keys", "n_samples", "test_fraction", "data_seed")
+SYNTHETIC_TRAINING_KEYS = (
+    "anchors",
+    "keys",
+    "hidden_size",
+    "init_exponent",
+    "learning_rate",
+    "weight_decay",
+    "batch_size",
+    "epochs",
+    "records",
+    "seeds",
+)
+
+
+def synthetic_data_settings():
+    """What an addition task's data depend on (its kind is the wildcard)."""
+    return {key: config["synthetic"][key] for key in SYNTHETIC_DATA_KEYS}
+
+
+def synthetic_training_settings():
+    """What a trained addition model depends on besides its data."""
+    return {key: config["synthetic"][key] for key in SYNTHETIC_TRAINING_KEYS}
+
+
+def synthetic_pairs():
+    """Every (task, model) of the synthetic stage, in config order."""
+    synthetic = config["synthetic"]
+    return [
+        (task, model) for task in synthetic["tasks"] for model in synthetic["models"]
     ]
+
+
+def synthetic_inputs():
+    """The tables and arrays the synthetic summary and figures read."""
+    return {
+        "records": [
+            f"results/synthetic/{t}/{m}/r_order.csv" for t, m in synthetic_pairs()
+        ],
+        "weights": [
+            f"results/synthetic/{t}/{m}/weights.npz" for t, m in synthetic_pairs()
+        ],
+        "signatures": [
+            f"results/synthetic/{task}/signatures.npz"
+            for task in config["synthetic"]["tasks"]
+        ],
+    }
+
+
+def synthetic_outputs():
+    if not config["synthetic"]["tasks"]:
+        return []
+    return [
+        "results/synthetic/summary.csv",
+        *[
+            f"results/synthetic/{task}/signatures.csv"
+            for task in config["synthetic"]["tasks"]
+        ],
+        *[f"results/synthetic/{name}.{PLOT_FORMAT}" for name in SYNTHETIC_FIGURES],
+    ]
+
+
+def final_outputs():
+    outputs = (
+        [
+            "results/equilearning/summary.csv",
+            "results/equilearning/best_datasets.csv",
+            f"results/equilearning/summary.{PLOT_FORMAT}",
+        ]
+        if runs()
+        else []
+    )
     for model, dataset in runs():
         folder = equilearning_folder(model, dataset)
         outputs += [
@@ -226,6 +294,7 @@ def final_outputs():
         + coupling_outputs()
         + training_outputs()
         + series_outputs()
+        + synthetic_outputs()
     )
 
 

@@ -2,10 +2,9 @@
 
 import logging
 
-import numpy as np
 import polars as pl
 
-from layerlaws.atomic import atomic_path, write_csv, write_json, write_parquet
+from layerlaws.atomic import write_csv, write_json, write_npz, write_parquet
 from layerlaws.logs import run_logged
 from layerlaws.models import embedding_matrices, load_tokenizer
 from layerlaws.signatures import compare_with_embeddings
@@ -28,8 +27,7 @@ def main() -> None:
     write_csv(snakemake.output.rcos, result.rcos)
     write_parquet(snakemake.output.per_token, result.per_token)
     write_csv(snakemake.output.percentiles, result.percentiles)
-    with atomic_path(snakemake.output.views) as temporary, open(temporary, "wb") as handle:
-        np.savez(handle, **result.views)
+    write_npz(snakemake.output.views, result.views)
     write_json(snakemake.output.summary, result.summary)
 
 

@@ -5,11 +5,10 @@ import logging
 import os
 from dataclasses import asdict
 
-import numpy as np
 import polars as pl
 import torch
 
-from layerlaws.atomic import atomic_path, write_csv, write_json
+from layerlaws.atomic import write_csv, write_json, write_npz
 from layerlaws.devices import claim_devices
 from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
 from layerlaws.evaluation import HeldOutEvaluation
@@ -77,8 +76,7 @@ def main() -> None:
     write_csv(snakemake.output.evaluation, held_out)
     write_csv(snakemake.output.fuzziness, fuzziness.table(params.cutoff))
     write_csv(snakemake.output.token_views, views.table(views_config["groups"]))
-    with atomic_path(snakemake.output.token_states) as temporary, open(temporary, "wb") as handle:
-        np.savez(handle, **views.arrays())
+    write_npz(snakemake.output.token_states, views.arrays())
     write_json(snakemake.output.report, {**asdict(facts), **report, "probe": probe})
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",

@@ -4,11 +4,10 @@ weights (results/coupling/…, results/trajectories/…)."""
 
 import logging
 
-import numpy as np
 import polars as pl
 import torch
 
-from layerlaws.atomic import atomic_path, write_csv
+from layerlaws.atomic import write_csv, write_npz
 from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt_set
 from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
@@ -21,11 +20,6 @@ from layerlaws.models import (
     read_facts,
 )
 from layerlaws.tokens import tokenize_prompts
-
-
-def save_npz(path, arrays) -> None:
-    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-        np.savez(handle, **arrays)
 
 
 def main() -> None:
@@ -80,8 +74,8 @@ def main() -> None:
     write_csv(output.tokens, result.tokens)
     write_csv(output.trajectories, result.trajectories)
     write_csv(output.layers, result.layers)
-    save_npz(output.factors, result.factors)
-    save_npz(output.streams, result.streams)
+    write_npz(output.factors, result.factors)
+    write_npz(output.streams, result.streams)
 
 
 run_logged(main, snakemake.log[0])

@@ -1,0 +1,19 @@
+"""Snakemake entry point: the synthetic addition stage's summary table
+(results/synthetic/summary.csv)."""
+
+from layerlaws.addition_summary import read_results, summarize
+from layerlaws.atomic import write_csv
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    pairs, tasks, paths = snakemake.params.pairs, snakemake.params.tasks, snakemake.input
+    results = read_results(
+        dict(zip(pairs, paths.records, strict=True)),
+        dict(zip(pairs, paths.weights, strict=True)),
+        dict(zip(tasks, paths.signatures, strict=True)),
+    )
+    write_csv(snakemake.output.summary, summarize(*results))
+
+
+run_logged(main, snakemake.log[0])

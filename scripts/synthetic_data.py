@@ -1,0 +1,24 @@
+"""Snakemake entry point: one addition task's data and probability signatures
+(results/synthetic/{task}/)."""
+
+from dataclasses import asdict
+
+import numpy as np
+import polars as pl
+
+from layerlaws.addition_tasks import AdditionTask, generate, signature_table, signatures
+from layerlaws.atomic import write_csv, write_npz
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    settings, output = snakemake.params.settings, snakemake.output
+    task = AdditionTask.of(snakemake.wildcards.task, settings["anchors"], settings["keys"])
+    data = generate(task, settings["n_samples"], settings["test_fraction"], settings["data_seed"])
+    write_npz(output.data, asdict(data))
+    found = signatures(task, data.train_inputs, data.train_labels)
+    write_npz(output.signatures, {**asdict(found), "anchors": np.array(task.anchors)})
+    write_csv(output.summary, pl.DataFrame(signature_table(task, found)))
+
+
+run_logged(main, snakemake.log[0])

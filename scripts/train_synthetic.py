@@ -1,0 +1,47 @@
+"""Snakemake entry point: train one model kind on one addition task for every seed
+(results/synthetic/{task}/{model}/)."""
+
+import numpy as np
+import polars as pl
+import torch
+
+from layerlaws.addition_models import AdditionTraining, train
+from layerlaws.addition_tasks import AdditionData, AdditionTask
+from layerlaws.atomic import write_csv, write_npz
+from layerlaws.logs import run_logged
+
+
+def main() -> None:
+    settings, output, wildcards = snakemake.params.settings, snakemake.output, snakemake.wildcards
+    torch.set_num_threads(snakemake.threads)
+    task = AdditionTask.of(wildcards.task, settings["anchors"], settings["keys"])
+    with np.load(snakemake.input.data) as archive:
+        data = AdditionData(**dict(archive))
+    with np.load(snakemake.input.signatures) as archive:
+        label_domain = archive["label_domain"]
+    training = AdditionTraining(
+        hidden_size=settings["hidden_size"],
+        init_exponent=settings["init_exponent"],
+        learning_rate=settings["learning_rate"],
+        weight_decay=settings["weight_decay"],
+        batch_size=settings["batch_size"],
+        epochs=settings["epochs"],
+        records=settings["records"],
+        seeds=tuple(settings["seeds"]),
+    )
+    record = train(task, wildcards.model, data, training, label_domain)
+    write_csv(output.r_order, pl.DataFrame(record.rows))
+    write_npz(
+        output.weights,
+        {
+            "epochs": np.array(record.epochs),
+            "seeds": np.array(training.seeds),
+            "anchors": np.array(task.anchors),
+            "label_domain": label_domain,
+            "anchor_embeddings": np.stack(record.anchor_embeddings),
+            "label_unembeddings": np.stack(record.label_unembeddings),
+        },
+    )
+
+
+run_logged(main, snakemake.log[0])
