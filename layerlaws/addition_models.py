@@ -16,8 +16,9 @@ deterministic for a seed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,6 +43,12 @@ class AdditionTraining:
     epochs: int = 1000
     records: int | Sequence[int] = 12
     seeds: tuple[int, ...] = (0, 1, 2)
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> AdditionTraining:
+        """The training settings among the config's ``synthetic`` block."""
+        chosen = {field.name: settings[field.name] for field in fields(cls)}
+        return cls(**{**chosen, "seeds": tuple(chosen["seeds"])})
 
 
 def initial_weights(

@@ -19,16 +19,7 @@ def main() -> None:
         data = AdditionData(**dict(archive))
     with np.load(snakemake.input.signatures) as archive:
         label_domain = archive["label_domain"]
-    training = AdditionTraining(
-        hidden_size=settings["hidden_size"],
-        init_exponent=settings["init_exponent"],
-        learning_rate=settings["learning_rate"],
-        weight_decay=settings["weight_decay"],
-        batch_size=settings["batch_size"],
-        epochs=settings["epochs"],
-        records=settings["records"],
-        seeds=tuple(settings["seeds"]),
-    )
+    training = AdditionTraining.of(settings)
     record = train(task, wildcards.model, data, training, label_domain)
     write_csv(output.r_order, pl.DataFrame(record.rows))
     write_npz(
