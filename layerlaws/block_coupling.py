@@ -27,9 +27,9 @@ import polars as pl
 import torch
 
 from layerlaws.blocks import BlockCall, trace_blocks
-from layerlaws.coupling import miscoupling_matrix
 from layerlaws.errors import LayerlawsError
 from layerlaws.jacobians import jacobian_rows, top_singular
+from layerlaws.miscoupling import miscoupling_matrix
 from layerlaws.trajectories import (
     equidistance_cv,
     expodistance,

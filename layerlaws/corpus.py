@@ -41,6 +41,16 @@ def prompt_datasets(prompt_set: Mapping[str, Any]) -> list[str]:
     return [dataset] if isinstance(dataset, str) else list(dataset)
 
 
+def prompt_texts(prompt_set: Mapping[str, Any], samples: Sequence[pl.DataFrame]) -> list[str]:
+    """The texts of a coupling prompt set: its own ``texts``, then the first
+    ``n_from_dataset`` texts of each of its datasets' samples (``sentences.parquet``
+    tables, in the order of ``prompt_datasets``)."""
+    texts = list(prompt_set["texts"])
+    for sample in samples:
+        texts += sample["text"].head(prompt_set["n_from_dataset"]).to_list()
+    return texts
+
+
 def excluded_sources(samples: Sequence[str | Path]) -> set[str]:
     """The ``source`` of every text of the samples (sentences.parquet) ``samples``."""
     return {where for path in samples for where in pl.read_parquet(path)["source"].to_list()}

@@ -1,9 +1,11 @@
 """Unigram and within-sequence bigram counts of a tokenised corpus, in DuckDB.
 
 The corpus is a set of Parquet shards with columns ``sentence_id``, ``position``,
-``token_id`` and ``is_special``. Only text tokens count: special tokens (BOS, EOS) are left
-out, and a bigram pairs a token with the next text token *of the same sequence*, so no
-bigram crosses a sequence boundary. DuckDB streams the shards and spills its hash tables to
+``token_id``, ``is_special`` and ``next_token_id`` (``layerlaws.tokens.with_successors``).
+Only text tokens count: special tokens (BOS, EOS) are left out, and a bigram pairs a token
+with the next text token *of the same sequence* (its ``next_token_id``, written at
+tokenisation), so no bigram crosses a sequence boundary and counting is one hash
+aggregation, no join. DuckDB streams the shards and spills its hash tables to
 ``temp_directory`` when they outgrow ``memory_limit``, so corpora far larger than memory
 can be counted.
 
@@ -46,16 +48,13 @@ WHERE NOT is_special
 GROUP BY token_id
 """
 
-# A bigram is two adjacent text tokens of one sequence: a self-join on (sentence_id,
-# position + 1). A hash join and a hash aggregate, both of which DuckDB spills to disk.
+# A bigram is a text token and its successor (null when the next token is special or the
+# sequence ends): one hash aggregate, which DuckDB spills to disk.
 BIGRAMS_SQL = """
-WITH tokens AS (SELECT sentence_id, position, token_id, is_special FROM read_parquet({files}))
-SELECT current.token_id AS token, following.token_id AS next_token, count(*) AS count
-FROM tokens AS current
-JOIN tokens AS following
-  ON following.sentence_id = current.sentence_id AND following.position = current.position + 1
-WHERE NOT current.is_special AND NOT following.is_special
-GROUP BY current.token_id, following.token_id
+SELECT token_id AS token, next_token_id AS next_token, count(*) AS count
+FROM read_parquet({files})
+WHERE next_token_id IS NOT NULL
+GROUP BY token_id, next_token_id
 """
 
 POOL_SQL = {

@@ -12,7 +12,8 @@ import numpy as np
 import polars as pl
 
 LAW_KEYS = ("offset", "norm", "control")
-LAW_STATISTICS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
+LAW_STATISTICS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay", "intercept", "slope")
+"""The columns of a law fit, after its keys; log PR = intercept + slope · layer."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ def fit_law(layers: np.ndarray, pr: np.ndarray) -> LawFit:
 def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
     """One law fit per (offset, norm, control) of a ``pr.csv`` table, over layers ≥ 1.
 
-    Columns: offset, norm, control, rho, pearson, pr_first, pr_last, overall_decay.
+    Columns: offset, norm, control, rho, pearson, pr_first, pr_last, overall_decay,
+    intercept, slope (the fitted line log PR = intercept + slope · layer, which the figures
+    draw).
     """
     rows = []
     blocks = pr_table.filter(pl.col("layer") >= 1).partition_by(LAW_KEYS, as_dict=True)
@@ -62,10 +65,7 @@ def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
         fit = fit_law(block["layer"].to_numpy(), block["pr"].to_numpy())
         rows.append(
             dict(zip(LAW_KEYS, key, strict=True))
-            | {
-                name: getattr(fit, name)
-                for name in ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
-            }
+            | {name: getattr(fit, name) for name in LAW_STATISTICS}
         )
     return pl.DataFrame(rows)
 
@@ -73,7 +73,7 @@ def law_table(pr_table: pl.DataFrame) -> pl.DataFrame:
 def fuzziness_law_table(fuzziness: pl.DataFrame) -> pl.DataFrame:
     """The same fit to the separation fuzziness of each norm (``fuzziness.csv``), over
     layers ≥ 1: ``norm``, ``rho``, ``pearson``, ``fuzziness_first``, ``fuzziness_last``,
-    ``overall_decay``."""
+    ``overall_decay``, ``intercept``, ``slope``."""
     rows = []
     for (norm,), block in sorted(
         fuzziness.filter(pl.col("layer") >= 1).partition_by("norm", as_dict=True).items()
@@ -87,6 +87,8 @@ def fuzziness_law_table(fuzziness: pl.DataFrame) -> pl.DataFrame:
                 "fuzziness_first": fit.pr_first,
                 "fuzziness_last": fit.pr_last,
                 "overall_decay": fit.overall_decay,
+                "intercept": fit.intercept,
+                "slope": fit.slope,
             }
         )
     return pl.DataFrame(rows)

@@ -369,6 +369,24 @@ def randomly_initialised_twin(model: Any, init_seed: int) -> Any:
     return twin.eval().requires_grad_(False)
 
 
+def coupling_twins(
+    folder: str | Path,
+    initial: str | Path | None,
+    dtype: str,
+    placement: str | Mapping[str, str],
+    init_seed: int,
+) -> dict[str, Any]:
+    """The weights coupling compares, loaded with eager attention: ``trained`` (the model
+    in ``folder``) and ``random`` — the prepared model in ``initial`` (a training's step-0
+    checkpoint) when given, else a fresh random twin seeded by ``init_seed``."""
+    trained = load_model(folder, dtype, placement, attention="eager")
+    if initial is not None:
+        untrained = load_model(initial, dtype, placement, attention="eager")
+    else:
+        untrained = randomly_initialised_twin(trained, init_seed)
+    return {"trained": trained, "random": untrained}
+
+
 def _stored_embeddings(folder: Path, facts: ModelFacts) -> tuple[Any, Any] | None:
     """W_E and W_U as stored in the safetensors files of ``folder`` (W_U None when tied),
     found by their shape (vocab_size, hidden_size) and W_E by its module's name; None when

@@ -17,10 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
-from matplotlib.ticker import FormatStrFormatter, NullFormatter
+from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
 
 from layerlaws.atomic import atomic_path
-from layerlaws.law import fit_law
 
 NEXT_TOKEN = 1
 
@@ -43,9 +42,13 @@ def _curve(pr: pl.DataFrame, offset: int, norm: str, control: str) -> tuple[np.n
 
 
 def _log_axis(axis: Any) -> None:
-    """Log-scale y axis labelled with plain decimals (PR spans well under a decade)."""
+    """Log-scale y axis with five labelled ticks spread over the drawn range (PR spans well
+    under a decade, where a log axis's own ticks would carry no label). Call after
+    drawing."""
     axis.set_yscale("log")
-    axis.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))
+    low, high = axis.get_ylim()
+    axis.yaxis.set_major_locator(FixedLocator(np.geomspace(low, high, 5)[1:-1]))
+    axis.yaxis.set_major_formatter(FormatStrFormatter("%.4g"))
     axis.yaxis.set_minor_formatter(NullFormatter())
 
 
@@ -53,15 +56,31 @@ def _preferred(values: list[str], preferred: str) -> str:
     return preferred if preferred in values else values[0]
 
 
-def _plot_with_fit(axis: Any, layers: np.ndarray, pr: np.ndarray, label: str, **style: Any) -> None:
-    fit = fit_law(layers, pr)
+def _fit_row(law: pl.DataFrame, **keys: Any) -> dict[str, Any] | None:
+    """The row of a law table with these key values, or None."""
+    rows = law.filter(*[pl.col(name) == value for name, value in keys.items()])
+    return rows.row(0, named=True) if len(rows) else None
+
+
+def _plot_with_fit(
+    axis: Any,
+    layers: np.ndarray,
+    values: np.ndarray,
+    label: str,
+    fit: Mapping[str, Any] | None,
+    **style: Any,
+) -> None:
+    """The points and the fitted line exp(intercept + slope · layer) of a law table's row
+    (``law.csv``, ``fuzziness_law.csv``), labelled with its ρ and r."""
+    rho = fit["rho"] if fit else float("nan")
+    pearson = fit["pearson"] if fit else float("nan")
     points = axis.plot(
-        layers, pr, "o", markersize=3, label=f"{label} (r={fit.pearson:.3f})", **style
+        layers, values, "o", markersize=3, label=f"{label}\nρ={rho:.4f} r={pearson:.3f}", **style
     )
-    if math.isfinite(fit.slope):
+    if fit and math.isfinite(fit["slope"]):
         axis.plot(
             layers,
-            np.exp(fit.intercept + fit.slope * layers),
+            np.exp(fit["intercept"] + fit["slope"] * layers),
             "-",
             linewidth=1,
             color=points[0].get_color(),
@@ -81,22 +100,20 @@ def plot_law(
     norm = _preferred(pr["norm"].unique().to_list(), "model")
     controls = pr["control"].unique().to_list()
     figure, axes = plt.subplots(
-        1, len(offsets), figsize=(options["width"], 3.6), squeeze=False, sharex=True
+        1, len(offsets), figsize=(options["width"], 4.2), squeeze=False, sharex=True
     )
     for axis, offset in zip(axes[0], offsets, strict=True):
-        _plot_with_fit(axis, *_curve(pr, offset, norm, "none"), "tokens")
-        if "shuffled_vocab" in controls:
-            _plot_with_fit(
-                axis, *_curve(pr, offset, norm, "shuffled_vocab"), "shuffled vocab", color="0.6"
-            )
-        row = law.filter(
-            (pl.col("offset") == offset) & (pl.col("norm") == norm) & (pl.col("control") == "none")
-        )
-        rho = row["rho"][0] if len(row) else float("nan")
+        for control, label, style in (
+            ("none", "tokens", {}),
+            ("shuffled_vocab", "shuffled", {"color": "0.6"}),
+        ):
+            if control in controls:
+                fit = _fit_row(law, offset=offset, norm=norm, control=control)
+                _plot_with_fit(axis, *_curve(pr, offset, norm, control), label, fit, **style)
         _log_axis(axis)
-        axis.set_title(f"x[t{offset:+d}]  ρ={rho:.4f}", fontsize=9)
+        axis.set_title(f"x[t{offset:+d}]", fontsize=9)
         axis.set_xlabel("layer")
-        axis.legend(fontsize=7)
+        axis.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     axes[0][0].set_ylabel("prediction residual")
     figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
     figure.tight_layout()
@@ -105,16 +122,18 @@ def plot_law(
 
 def plot_norms(
     pr: pl.DataFrame,
+    law: pl.DataFrame,
     path: str | os.PathLike[str],
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Next-token log PR against layer under each norm."""
+    """Next-token log PR against layer under each norm, with the fitted lines of ``law``."""
     offsets = pr["offset"].unique().to_list()
     offset = NEXT_TOKEN if NEXT_TOKEN in offsets else offsets[0]
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     for norm in sorted(pr["norm"].unique().to_list()):
-        _plot_with_fit(axis, *_curve(pr, offset, norm, "none"), norm)
+        fit = _fit_row(law, offset=offset, norm=norm, control="none")
+        _plot_with_fit(axis, *_curve(pr, offset, norm, "none"), norm, fit)
     _log_axis(axis)
     axis.set_xlabel("layer")
     axis.set_ylabel(f"prediction residual of x[t{offset:+d}]")
@@ -124,23 +143,29 @@ def plot_norms(
 
 
 def plot_summary(
-    tables: Mapping[str, pl.DataFrame], path: str | os.PathLike[str], options: Mapping[str, Any]
+    tables: Mapping[tuple[str, str], pl.DataFrame],
+    summary: pl.DataFrame,
+    path: str | os.PathLike[str],
+    options: Mapping[str, Any],
 ) -> None:
-    """Next-token log PR against relative depth l / L for every model × dataset."""
+    """Next-token log PR against relative depth l / L for every (model, dataset) of
+    ``tables``, labelled with Pearson r from ``summary`` (``summary.csv``)."""
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
-    for label, pr in tables.items():
+    for (model, dataset), pr in tables.items():
         norm = _preferred(pr["norm"].unique().to_list(), "model")
         layers, values = _curve(pr, NEXT_TOKEN, norm, "none")
         if len(layers) == 0:
             continue
-        fit = fit_law(layers, values)
+        fit = _fit_row(
+            summary, model=model, dataset=dataset, offset=NEXT_TOKEN, norm=norm, control="none"
+        )
         axis.plot(
             layers / layers.max(),
             values,
             "o-",
             markersize=3,
             linewidth=1,
-            label=f"{label} (r={fit.pearson:.3f})",
+            label=f"{model} / {dataset} (r={fit['pearson'] if fit else float('nan'):.3f})",
         )
     _log_axis(axis)
     axis.set_xlabel("relative depth l / L")
@@ -151,7 +176,9 @@ def plot_summary(
 
 def plot_fuzziness(
     pr: pl.DataFrame,
+    law: pl.DataFrame,
     fuzziness: pl.DataFrame,
+    fuzziness_law: pl.DataFrame,
     path: str | os.PathLike[str],
     title: str,
     options: Mapping[str, Any],
@@ -161,15 +188,22 @@ def plot_fuzziness(
     norm = _preferred(fuzziness["norm"].unique().to_list(), "model")
     figure, (left, right) = plt.subplots(1, 2, figsize=(options["width"], 3.5))
     block = fuzziness.filter((pl.col("norm") == norm) & (pl.col("layer") >= 1)).sort("layer")
-    _plot_with_fit(left, block["layer"].to_numpy(), block["fuzziness"].to_numpy(), "fuzziness")
-    left.set_yscale("log")
+    _plot_with_fit(
+        left,
+        block["layer"].to_numpy(),
+        block["fuzziness"].to_numpy(),
+        "fuzziness",
+        _fit_row(fuzziness_law, norm=norm),
+    )
+    _log_axis(left)
     left.set_ylabel("separation fuzziness Tr(SS_w SS_b⁺)")
     left.set_title(
         f"{block['n_classes'][0]} next-token classes, {block['n_rows'][0]} rows", fontsize=9
     )
     offsets = pr["offset"].unique().to_list()
     offset = NEXT_TOKEN if NEXT_TOKEN in offsets else offsets[0]
-    _plot_with_fit(right, *_curve(pr, offset, norm, "none"), "prediction residual")
+    fit = _fit_row(law, offset=offset, norm=norm, control="none")
+    _plot_with_fit(right, *_curve(pr, offset, norm, "none"), "prediction residual", fit)
     _log_axis(right)
     right.set_ylabel(f"prediction residual of x[t{offset:+d}]")
     for axis in (left, right):

@@ -227,10 +227,10 @@ VIEW_TOKENS = 100
 """Most frequent tokens whose similarity submatrices are kept for the heatmaps."""
 
 
-def digit_tokens(tokens: np.ndarray, labels: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Positions (in ``tokens``) of the tokens that spell a number 0–99, one per number (the
-    most frequent, as ``tokens`` is sorted by frequency), ordered by value; and their
-    labels."""
+def digit_tokens(labels: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Positions (in ``labels``, the compared tokens' texts, most frequent first) of the
+    tokens that spell a number 0–99, one per number (the most frequent), ordered by value;
+    and their labels."""
     chosen: dict[int, int] = {}
     for position, label in enumerate(labels):
         text = label.strip()
@@ -247,7 +247,7 @@ def similarity_views(
     tokens and ``digits_<name>`` over the digit tokens, with ``top_labels`` and
     ``digit_labels``; arrays for ``numpy.savez``."""
     top = np.arange(min(VIEW_TOKENS, len(labels)))
-    digits, digit_labels = digit_tokens(np.arange(len(labels)), labels)
+    digits, digit_labels = digit_tokens(labels)
     views: dict[str, np.ndarray] = {
         "top_labels": np.array([labels[i] for i in top]),
         "digit_labels": np.array(digit_labels, dtype=str),

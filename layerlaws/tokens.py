@@ -9,6 +9,9 @@ warning; whole corpora for the signatures are counted untruncated.
 Token tables (``tokens.parquet`` and the corpus shards) have the columns ``sentence_id``
 (int64), ``position`` (int32, index in the model's input sequence, 0-based, special tokens
 included), ``token_id`` (int64) and ``is_special`` (bool: a token the tokenizer added).
+Corpus shards also carry ``next_token_id`` (int64, null when none): the id of the next
+token of the same sequence when both are text tokens, so that bigrams are counted by a
+plain aggregation rather than a self-join.
 Sequences are never padded here; padding exists only inside an extraction batch and never
 enters a table.
 """
@@ -192,6 +195,21 @@ def tokenize_prompts(
     return encoded.token_ids
 
 
+def with_successors(table: pl.DataFrame) -> pl.DataFrame:
+    """``table`` (sorted by sentence, then position) with ``next_token_id``: the next
+    token's id where it and this token are text tokens of the same sequence, else null."""
+    sentence = table["sentence_id"].to_numpy()
+    special = table["is_special"].to_numpy()
+    token = table["token_id"].to_numpy()
+    following = np.zeros(len(table), dtype=bool)
+    following[:-1] = (sentence[1:] == sentence[:-1]) & ~special[1:] & ~special[:-1]
+    successor = np.zeros(len(table), dtype=np.int64)
+    successor[:-1] = token[1:]
+    return table.with_columns(
+        next_token_id=pl.Series(successor, dtype=pl.Int64).set(~pl.Series(following), None)
+    )
+
+
 def shard_name(index: int) -> str:
     return f"shard_{index:05d}.parquet"
 
@@ -221,7 +239,7 @@ def tokenize_corpus(
         first_id += len(batch)
         encoded = encode(tokenizer, [text for text, _ in batch], None, "truncate")
         table, _, written = _token_table(ids, encoded, 1, remaining)
-        table.write_parquet(out / shard_name(n_shards))
+        with_successors(table).write_parquet(out / shard_name(n_shards))
         n_shards += 1
         n_texts += table["sentence_id"].n_unique()
         n_tokens += written

@@ -53,6 +53,7 @@ rule plot_equilearning:
         pr="results/equilearning/{model}/{dataset}/pr.csv",
         law="results/equilearning/{model}/{dataset}/law.csv",
         fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
+        fuzziness_law="results/equilearning/{model}/{dataset}/fuzziness_law.csv",
         token_views="results/equilearning/{model}/{dataset}/token_views.csv",
     output:
         law=report(
@@ -113,6 +114,7 @@ rule summarize_equilearning:
 rule plot_summary:
     input:
         pr=[f"{equilearning_folder(m, d)}/pr.csv" for m, d in runs()],
+        summary="results/equilearning/summary.csv",
     output:
         report(
             f"results/equilearning/summary.{PLOT_FORMAT}",

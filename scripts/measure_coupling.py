@@ -9,16 +9,11 @@ import torch
 
 from layerlaws.atomic import write_csv, write_npz
 from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt_set
+from layerlaws.corpus import prompt_texts
 from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
 from layerlaws.logs import run_logged
-from layerlaws.models import (
-    load_model,
-    load_tokenizer,
-    plan_placement,
-    randomly_initialised_twin,
-    read_facts,
-)
+from layerlaws.models import coupling_twins, load_tokenizer, plan_placement, read_facts
 from layerlaws.tokens import tokenize_prompts
 
 
@@ -26,10 +21,8 @@ def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     prompt_set, output = params.prompts, snakemake.output
     facts = read_facts(snakemake.input.model)
-    texts = list(prompt_set["texts"])
-    for sentences in snakemake.input.sentences:
-        sample = pl.read_parquet(sentences)
-        texts += sample["text"].head(prompt_set["n_from_dataset"]).to_list()
+    samples = [pl.read_parquet(path) for path in snakemake.input.sentences]
+    texts = prompt_texts(prompt_set, samples)
     tokenizer = load_tokenizer(snakemake.input.model)
     prompts = tokenize_prompts(
         texts, tokenizer, prompt_set["max_tokens"], prompt_set["too_long"], facts.max_positions
@@ -49,14 +42,13 @@ def main() -> None:
             token_coupling.layer_pairs,
         )
         placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
-        trained = load_model(snakemake.input.model, params.dtype, placement, attention="eager")
-        if snakemake.input.initial:
-            initial = load_model(
-                snakemake.input.initial[0], params.dtype, placement, attention="eager"
-            )
-        else:
-            initial = randomly_initialised_twin(trained, params.init_seed)
-        twins = {"trained": trained, "random": initial}
+        twins = coupling_twins(
+            snakemake.input.model,
+            snakemake.input.initial[0] if snakemake.input.initial else None,
+            params.dtype,
+            placement,
+            params.init_seed,
+        )
         result = measure_prompt_set(
             twins,
             prompts,

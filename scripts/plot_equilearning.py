@@ -12,9 +12,18 @@ def main() -> None:
     law = pl.read_csv(snakemake.input.law)
     options = snakemake.params.plots
     plot_law(pr, law, snakemake.output.law, snakemake.params.title, options)
-    plot_norms(pr, snakemake.output.norms, snakemake.params.title, options)
+    plot_norms(pr, law, snakemake.output.norms, snakemake.params.title, options)
     fuzziness = pl.read_csv(snakemake.input.fuzziness)
-    plot_fuzziness(pr, fuzziness, snakemake.output.fuzziness, snakemake.params.title, options)
+    fuzziness_law = pl.read_csv(snakemake.input.fuzziness_law)
+    plot_fuzziness(
+        pr,
+        law,
+        fuzziness,
+        fuzziness_law,
+        snakemake.output.fuzziness,
+        snakemake.params.title,
+        options,
+    )
     views = pl.read_csv(snakemake.input.token_views)
     plot_token_views(views, snakemake.output.token_views, snakemake.params.title, options)
 

@@ -8,10 +8,11 @@ from layerlaws.plots import plot_summary
 
 def main() -> None:
     tables = {
-        f"{model} / {dataset}": pl.read_csv(path)
+        (model, dataset): pl.read_csv(path)
         for (model, dataset), path in zip(snakemake.params.runs, snakemake.input.pr, strict=True)
     }
-    plot_summary(tables, snakemake.output[0], snakemake.params.plots)
+    summary = pl.read_csv(snakemake.input.summary)
+    plot_summary(tables, summary, snakemake.output[0], snakemake.params.plots)
 
 
 run_logged(main, snakemake.log[0])

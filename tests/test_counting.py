@@ -8,26 +8,35 @@ import polars as pl
 import pytest
 
 from layerlaws.counting import connect, count_tokens, pool_counts
-from layerlaws.tokens import TOKEN_SCHEMA
+from layerlaws.tokens import TOKEN_SCHEMA, with_successors
 
 
 def token_table(seed: int, n_sequences: int, first_id: int = 0) -> pl.DataFrame:
-    """Random sequences (lengths 1–12, ids 0–19) opened by a special token 99."""
+    """A corpus shard: random sequences (lengths 1–12, ids 0–19) opened by a special token
+    99, every fifth also with a special token 98 in its middle."""
     rng = np.random.default_rng(seed)
     rows = []
     for sentence in range(first_id, first_id + n_sequences):
         length = int(rng.integers(1, 13))
         rows.append((sentence, 0, 99, True))
         rows += [(sentence, p, int(rng.integers(0, 20)), False) for p in range(1, length + 1)]
-    return pl.DataFrame(rows, schema=TOKEN_SCHEMA, orient="row")
+        if sentence % 5 == 0 and length > 2:
+            middle = len(rows) - length // 2
+            rows[middle] = (sentence, rows[middle][1], 98, True)
+    return with_successors(pl.DataFrame(rows, schema=TOKEN_SCHEMA, orient="row"))
 
 
 def counter_counts(table: pl.DataFrame) -> tuple[collections.Counter, collections.Counter]:
+    """Counts by hand: a bigram is two adjacent positions of one sequence, both text."""
     unigrams, bigrams = collections.Counter(), collections.Counter()
     for _, part in table.sort("sentence_id", "position").group_by("sentence_id"):
-        tokens = part.filter(~pl.col("is_special"))["token_id"].to_list()
-        unigrams.update(tokens)
-        bigrams.update(itertools.pairwise(tokens))
+        rows = list(zip(part["token_id"].to_list(), part["is_special"].to_list(), strict=True))
+        unigrams.update(token for token, special in rows if not special)
+        bigrams.update(
+            (first, second)
+            for (first, first_special), (second, second_special) in itertools.pairwise(rows)
+            if not first_special and not second_special
+        )
     return unigrams, bigrams
 
 
@@ -58,15 +67,19 @@ def test_counts_equal_a_counter_across_shards(tmp_path, connection):
     unigrams, bigrams = counter_counts(pl.concat(shards))
     assert as_counter(pl.read_parquet(tmp_path / "uni.parquet"), ["token"]) == unigrams
     assert as_counter(pl.read_parquet(tmp_path / "bi.parquet"), ["token", "next_token"]) == bigrams
-    assert 99 not in unigrams
+    assert 99 not in unigrams and 98 not in unigrams
+    assert not any(98 in pair for pair in bigrams)
 
 
 def test_no_bigram_crosses_a_sequence_boundary(tmp_path, connection):
-    table = pl.DataFrame(
-        [(0, 0, 1, False), (0, 1, 2, False), (1, 0, 3, False), (1, 1, 4, False)],
-        schema=TOKEN_SCHEMA,
-        orient="row",
+    table = with_successors(
+        pl.DataFrame(
+            [(0, 0, 1, False), (0, 1, 2, False), (1, 0, 3, False), (1, 1, 4, False)],
+            schema=TOKEN_SCHEMA,
+            orient="row",
+        )
     )
+    assert table["next_token_id"].to_list() == [2, None, 4, None]
     table.write_parquet(tmp_path / "shard.parquet")
     count_tokens(
         connection, [tmp_path / "shard.parquet"], tmp_path / "u.parquet", tmp_path / "b.parquet"

@@ -10,9 +10,9 @@ import torch
 from layerlaws.architectures import norm_module
 from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt
 from layerlaws.blocks import trace_blocks
-from layerlaws.coupling import miscoupling, miscoupling_matrix
 from layerlaws.errors import LayerlawsError
 from layerlaws.jacobians import jacobian_rows, top_singular
+from layerlaws.miscoupling import miscoupling, miscoupling_matrix
 from layerlaws.models import load_model
 from layerlaws.trajectories import (
     equidistance_cv,

@@ -56,9 +56,14 @@ def test_law_table_ignores_layer_zero_and_groups_keys():
         "pr_first",
         "pr_last",
         "overall_decay",
+        "intercept",
+        "slope",
     ]
     assert len(table) == 2
     assert table["rho"].to_list() == pytest.approx([0.9, 0.9])
+    # The line the figures draw: log PR = intercept + slope · layer (PR_l = 0.9^l).
+    assert table["slope"].to_list() == pytest.approx([np.log(0.9)] * 2)
+    assert table["intercept"].to_list() == pytest.approx([0.0, 0.0], abs=1e-12)
 
 
 def test_best_datasets_rank_each_model_by_its_strongest_law():

@@ -78,6 +78,8 @@ def test_outputs_and_their_columns(finished):
             "pr_first",
             "pr_last",
             "overall_decay",
+            "intercept",
+            "slope",
         ]
         assert (folder / "law.svg").stat().st_size > 1000
         assert (folder / "norms.svg").stat().st_size > 1000
