@@ -10,18 +10,19 @@ import numpy as np
 import polars as pl
 
 from layerlaws.addition_tasks import cosine_matrix
+from layerlaws.signatures import off_diagonal, r_cos
 
 SIGNATURES = ("label", "context", "context_given_label")
 
 
 def alignment(embedding: np.ndarray, signature: np.ndarray) -> float:
-    """Pearson correlation of the off-diagonal cosines of the anchor embeddings (|A|, d)
-    with those of a signature (|A|, ·): the R_cos of the synthetic tasks."""
+    """R_cos of the synthetic tasks: ``layerlaws.signatures.r_cos`` of the cosines of the
+    anchor embeddings (|A|, d) and of a signature (|A|, ·); NaN when either is constant
+    across anchor pairs (a signature identical across anchors)."""
     first, second = cosine_matrix(embedding), cosine_matrix(signature)
-    off = ~np.eye(len(first), dtype=bool)
-    if np.ptp(second[off]) == 0 or np.ptp(first[off]) == 0:
+    if np.ptp(off_diagonal(first)) == 0 or np.ptp(off_diagonal(second)) == 0:
         return float("nan")
-    return float(np.corrcoef(first[off], second[off])[0, 1])
+    return r_cos(first, second)
 
 
 def summarize(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layerlaws.errors import LayerlawsError
+from layerlaws.signatures import off_diagonal, r_cos
 
 TASKS = ("add", "add_same_range", "mod")
 
@@ -159,9 +160,7 @@ def r_order(cosines: np.ndarray, anchors: Sequence[int]) -> float:
     """R_order = Corr(cos(·), |α − α′|) over the off-diagonal pairs (Pearson): −1 when
     similarity falls steadily with the anchors' distance."""
     values = np.asarray(anchors, dtype=np.float64)
-    distance = np.abs(values[:, None] - values[None, :])
-    off = ~np.eye(len(values), dtype=bool)
-    return float(np.corrcoef(cosines[off], distance[off])[0, 1])
+    return r_cos(cosines, np.abs(values[:, None] - values[None, :]))
 
 
 def signature_table(task: AdditionTask, found: Signatures) -> list[dict[str, object]]:
@@ -171,13 +170,12 @@ def signature_table(task: AdditionTask, found: Signatures) -> list[dict[str, obj
     rows: list[dict[str, object]] = []
     for name in ("label", "context", "context_given_label"):
         cosines = cosine_matrix(getattr(found, name))
-        off = ~np.eye(len(cosines), dtype=bool)
         rows.append(
             {
                 "task": task.kind,
                 "signature": name,
                 "r_order": r_order(cosines, task.anchors),
-                "min_cosine": float(cosines[off].min()),
+                "min_cosine": float(off_diagonal(cosines).min()),
             }
         )
     return rows

@@ -17,6 +17,7 @@ import polars as pl
 
 from layerlaws.architectures import ARCHITECTURES
 from layerlaws.errors import LayerlawsError
+from layerlaws.forward_pass import observed_tokens
 
 REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1
 
@@ -73,9 +74,12 @@ def probe_tokens(
     vocab_size: int,
     mask_token_id: int | None,
     masking: dict[str, float | int],
+    special_tokens: str = "exclude",
 ) -> pl.DataFrame:
-    """The tokens table as a probe's pass reads it: unchanged for ``next_token``, masked
+    """The tokens table as a probe's pass reads it: special tokens observed or not
+    (``forward_pass.observed_tokens``), then unchanged for ``next_token``, masked
     (``mask_tokens`` with ``masking``'s ``rate`` and ``seed``) for ``masked_lm``."""
+    tokens = observed_tokens(tokens, special_tokens)
     if probe == "next_token":
         return tokens
     return mask_tokens(

@@ -13,7 +13,7 @@ from layerlaws.devices import claim_devices
 from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
 from layerlaws.evaluation import HeldOutEvaluation
 from layerlaws.execution import Execution
-from layerlaws.forward_pass import observed_tokens, run_forward_pass
+from layerlaws.forward_pass import run_forward_pass
 from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
 from layerlaws.logs import run_logged
 from layerlaws.masking import TARGET_OFFSETS, probe_of, probe_tokens
@@ -28,11 +28,12 @@ def main() -> None:
     tokenizer = load_tokenizer(snakemake.input.model)
     probe = probe_of(params.probe, facts.model_type)
     tokens = probe_tokens(
-        observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens),
+        pl.read_parquet(snakemake.input.tokens),
         probe,
         facts.vocab_size,
         tokenizer.mask_token_id,
         params.masking,
+        params.special_tokens,
     )
     target_offset = TARGET_OFFSETS[probe]
     check_enough_rows(tokens, params.offsets, facts.hidden_size)

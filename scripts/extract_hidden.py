@@ -9,7 +9,6 @@ import torch
 from layerlaws.atomic import atomic_path
 from layerlaws.devices import claim_devices
 from layerlaws.execution import Execution
-from layerlaws.forward_pass import observed_tokens
 from layerlaws.hidden_writer import extract_hidden_states
 from layerlaws.logs import run_logged
 from layerlaws.masking import probe_of, probe_tokens
@@ -20,11 +19,12 @@ def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
     tokens = probe_tokens(
-        observed_tokens(pl.read_parquet(snakemake.input.tokens), params.special_tokens),
+        pl.read_parquet(snakemake.input.tokens),
         probe_of(params.probe, facts.model_type),
         facts.vocab_size,
         load_tokenizer(snakemake.input.model).mask_token_id,
         params.masking,
+        params.special_tokens,
     )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
