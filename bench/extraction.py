@@ -18,7 +18,6 @@ the pass writes: pr.csv and pass.json).
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import polars as pl
 import torch
+from peak_memory import peak_rss_mib
 
 from layerlaws.atomic import write_csv, write_json
 from layerlaws.equilearning import EquilearningStatistics
@@ -130,7 +130,7 @@ def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtyp
         extract_hidden_states(model, facts, tokens, folder, BATCH_SIZE, device, progress=False)
         result["folder"] = str(folder)
         result["hidden_bytes"] = sum(p.stat().st_size for p in folder.rglob("*.npy"))
-    result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_mb"] = peak_rss_mib()
     return result
 
 

@@ -49,19 +49,33 @@ GROUP BY token_id
 """
 
 # A bigram is a text token and its successor (null when the next token is special or the
-# sequence ends): one hash aggregate, which DuckDB spills to disk.
-BIGRAMS_SQL = """
-SELECT token_id AS token, next_token_id AS next_token, count(*) AS count
-FROM read_parquet({files})
-WHERE next_token_id IS NOT NULL
-GROUP BY token_id, next_token_id
+# sequence ends): one hash aggregate, which DuckDB spills to disk. The pair is grouped as
+# one 64-bit key, token · 2³² + next token (ids are below 2³²), which DuckDB hashes and
+# compares faster than two columns (bench/counting.py: about a quarter less time), and
+# unpacked on output.
+_BIGRAM_KEY = "({token}::UBIGINT << 32) | {next_token}::UBIGINT AS bigram"
+_UNPACKED = "(bigram >> 32)::BIGINT AS token, (bigram & 4294967295)::BIGINT AS next_token, count"
+
+BIGRAMS_SQL = f"""
+SELECT {_UNPACKED} FROM (
+    SELECT {_BIGRAM_KEY.format(token="token_id", next_token="next_token_id")}, count(*) AS count
+    FROM read_parquet({{files}})
+    WHERE next_token_id IS NOT NULL
+    GROUP BY bigram
+)
 """
 
 POOL_SQL = {
     "unigrams": "SELECT token, sum(count)::BIGINT AS count FROM read_parquet({files}) "
     "GROUP BY token",
-    "bigrams": "SELECT token, next_token, sum(count)::BIGINT AS count "
-    "FROM read_parquet({files}) GROUP BY token, next_token",
+    "bigrams": f"""
+SELECT {_UNPACKED} FROM (
+    SELECT {_BIGRAM_KEY.format(token="token", next_token="next_token")},
+        sum(count)::BIGINT AS count
+    FROM read_parquet({{files}})
+    GROUP BY bigram
+)
+""",
 }
 
 

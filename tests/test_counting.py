@@ -109,3 +109,29 @@ def test_pooled_counts_add_up(tmp_path, connection):
     assert (
         as_counter(pl.read_parquet(tmp_path / "pool.parquet"), ["token", "next_token"]) == expected
     )
+
+
+def test_large_token_ids_survive_the_bigram_key(tmp_path, connection):
+    """Bigrams are grouped as one 64-bit key (token · 2³² + next token): ids from 0 to
+    2³² − 1 come back unchanged as int64, counted and pooled like any other."""
+    ids = [0, 1, 65_535, 65_536, 262_143, 2**31 - 1, 2**32 - 1]
+    rng = np.random.default_rng(0)
+    rows = [
+        (sentence, position, ids[int(rng.integers(len(ids)))], False)
+        for sentence in range(50)
+        for position in range(8)
+    ]
+    table = with_successors(pl.DataFrame(rows, schema=TOKEN_SCHEMA, orient="row"))
+    table.write_parquet(tmp_path / "shard.parquet")
+    count_tokens(
+        connection, [tmp_path / "shard.parquet"], tmp_path / "u.parquet", tmp_path / "b.parquet"
+    )
+    pool_counts(connection, "bigrams", [tmp_path / "b.parquet"] * 2, tmp_path / "pool.parquet")
+    bigrams = counter_counts(table)[1]
+    counted = pl.read_parquet(tmp_path / "b.parquet")
+    assert counted.schema == {"token": pl.Int64, "next_token": pl.Int64, "count": pl.Int64}
+    assert as_counter(counted, ["token", "next_token"]) == bigrams
+    doubled = collections.Counter({pair: 2 * count for pair, count in bigrams.items()})
+    assert (
+        as_counter(pl.read_parquet(tmp_path / "pool.parquet"), ["token", "next_token"]) == doubled
+    )
