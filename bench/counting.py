@@ -122,8 +122,8 @@ def child(method: str, folder: Path, out: Path, memory_mb: int | None) -> None:
 
 def run_once(method: str, folder: Path, out: Path, memory_mb: int | None) -> dict:
     """One run of ``method`` in a fresh process: its seconds and peak memory, or its error."""
-    command = [sys.executable, __file__, "--child", method, str(folder), str(out)]
-    command.append(str(memory_mb or 0))
+    arguments = [method, str(folder), str(out), str(memory_mb or 0)]
+    command = [sys.executable, __file__, "--child", *arguments]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         error = result.stderr.strip().splitlines()[-1]

@@ -1,4 +1,5 @@
-"""Formatting and lint of the Python code and the Snakemake files are part of the tests."""
+"""Formatting and lint of the Python code and the Snakemake files, and the report texts' markup,
+are part of the tests."""
 
 import io
 import subprocess
