@@ -36,8 +36,8 @@ REPEATS = 3
 
 def synthesise(n_rows: int, folder: Path) -> tuple[int, float]:
     """Write the synthetic token table as Parquet shards; returns the size in MiB and the
-    seconds spent adding successors (``layerlaws.tokens.with_successors``)."""
-    from layerlaws.tokens import with_successors
+    seconds spent adding successors (``layerlaws.text.tokens.with_successors``)."""
+    from layerlaws.text.tokens import with_successors
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(10, 301, size=n_rows // 10)
@@ -67,7 +67,7 @@ def synthesise(n_rows: int, folder: Path) -> tuple[int, float]:
 
 
 def count_duckdb(folder: Path, out: Path, memory_mb: int | None) -> None:
-    from layerlaws.counting import BIGRAMS_SQL, connect
+    from layerlaws.signatures.counting import BIGRAMS_SQL, connect
 
     connection = connect(memory_mb or 16_000, folder / "spill", threads=2)
     files = sorted(folder.glob("shard_*.parquet"))

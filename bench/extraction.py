@@ -29,18 +29,18 @@ import polars as pl
 import torch
 from peak_memory import peak_rss_mib
 
-from layerlaws.atomic import write_csv, write_json
-from layerlaws.equilearning import EquilearningStatistics
-from layerlaws.forward_pass import (
+from layerlaws.core.atomic import write_csv, write_json
+from layerlaws.equilearning.statistics import EquilearningStatistics
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import extract_hidden_states
+from layerlaws.forward.model_pass import (
     Batch,
     first_rows,
     length_sorted_batches,
     run_forward_pass,
     sequences_of,
 )
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import extract_hidden_states
-from layerlaws.models import load_model, model_facts, read_facts
+from layerlaws.models.prepared import load_model, model_facts, read_facts
 
 SMOLLM2 = "results/models/smollm2-135m"
 SMOLLM2_TOKENS = "results/tokens/smollm2-135m/wiki-science.parquet"

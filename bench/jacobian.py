@@ -1,5 +1,5 @@
 """Benchmark: Jacobian rows of one block by batched VJPs (``vjp_chunk`` cotangents per
-vmapped backward pass, layerlaws.jacobians) against a Python loop of single VJPs, and
+vmapped backward pass, layerlaws.coupling.jacobians) against a Python loop of single VJPs, and
 randomised against full SVD of the resulting Jacobian.
 
 On the default model (results/models/smollm2-135m, after `make run`), its middle block
@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from layerlaws.blocks import trace_blocks
-from layerlaws.jacobians import jacobian_rows, top_singular
-from layerlaws.models import load_model, load_tokenizer
+from layerlaws.coupling.jacobians import jacobian_rows, top_singular
+from layerlaws.models.blocks import trace_blocks
+from layerlaws.models.prepared import load_model, load_tokenizer
 
 PROMPT = "What is the capital of France? The capital is"
 K = 50

@@ -29,11 +29,11 @@ import polars as pl
 import torch
 from sklearn.linear_model import LinearRegression
 
-from layerlaws.equilearning import EquilearningStatistics, target_matrix
-from layerlaws.hidden import HiddenStates
-from layerlaws.models import ModelFacts
-from layerlaws.norms import normalize
-from layerlaws.regression import DEFAULT_CUTOFF
+from layerlaws.equilearning.norms import normalize
+from layerlaws.equilearning.regression import DEFAULT_CUTOFF
+from layerlaws.equilearning.statistics import EquilearningStatistics, target_matrix
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.models.prepared import ModelFacts
 
 OFFSETS = [-1, 0, 1, 2]
 DEFAULT = "results/hidden/smollm2-135m/wiki-science"

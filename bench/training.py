@@ -3,7 +3,7 @@
 Both train the default config's model (``training.wiki-llama`` of config.yaml: a 4-layer,
 64-wide Llama with SmolLM2's 49,152-token vocabulary) from the same initial weights on the
 same packed Wikipedia sequences in the same order, with the same batch size and AdamW
-settings, for the same number of steps. The stage (``layerlaws.training.train``) also
+settings, for the same number of steps. The stage (``layerlaws.training.train.train``) also
 does what it does in the pipeline: learning-rate schedule, gradient clipping, held-out
 evaluation every ``eval_every`` steps (50, as configured) and checkpoints (here at the
 middle and the end), over 200 steps; the bare loop only steps the optimizer. Tokens per
@@ -26,10 +26,10 @@ import torch
 import yaml
 from snakemake.utils import validate
 
-from layerlaws.models import load_tokenizer
-from layerlaws.sources import wikipedia_summaries
-from layerlaws.training import initial_model, model_config, optimizer_of, packed_texts, train
-from layerlaws.training_plan import TrainingSpec, batch_indices
+from layerlaws.models.prepared import load_tokenizer
+from layerlaws.text.sources import wikipedia_summaries
+from layerlaws.training.plan import TrainingSpec, batch_indices
+from layerlaws.training.train import initial_model, model_config, optimizer_of, packed_texts, train
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = 200

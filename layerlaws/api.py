@@ -3,7 +3,7 @@ functions the pipeline uses: the law of equi-learning on a list of texts, the pr
 signatures of texts against the model's embeddings, the block coupling of a prompt.
 
 ``model`` is a Hugging Face model of a family in the architecture table
-(``layerlaws.architectures``), ``tokenizer`` its tokenizer. Nothing is written to disk
+(``layerlaws.models.architectures``), ``tokenizer`` its tokenizer. Nothing is written to disk
 but DuckDB's temporary files while counting.
 """
 
@@ -17,14 +17,19 @@ from typing import Any
 
 import polars as pl
 
-from layerlaws.block_coupling import PromptMeasurement, TokenCoupling, layer_pairs, measure_prompt
-from layerlaws.counting import connect, count_tokens
-from layerlaws.equilearning import EquilearningStatistics
-from layerlaws.forward_pass import run_forward_pass
-from layerlaws.law import law_table
-from layerlaws.models import model_facts
-from layerlaws.signatures import SignatureComparison, compare_with_embeddings
-from layerlaws.tokens import tokenize_sentences, with_successors
+from layerlaws.coupling.measurement import (
+    PromptMeasurement,
+    TokenCoupling,
+    layer_pairs,
+    measure_prompt,
+)
+from layerlaws.equilearning.law import law_table
+from layerlaws.equilearning.statistics import EquilearningStatistics
+from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.models.prepared import model_facts
+from layerlaws.signatures.comparison import SignatureComparison, compare_with_embeddings
+from layerlaws.signatures.counting import connect, count_tokens
+from layerlaws.text.tokens import tokenize_sentences, with_successors
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,20 @@
 #   that use it (and what follows).
 # - Execution settings (the config's `execution` block) change how a job runs, never what
 #   it computes: they are never params. Rules read them through EXECUTION (for resources),
-#   scripts through layerlaws.execution.Execution.from_config(snakemake.config).
+#   scripts through layerlaws.pipeline.execution.Execution.from_config(snakemake.config).
 import re
 
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from layerlaws.addition_tasks import TASKS as ADDITION_TASKS
-from layerlaws.corpus import prompt_datasets
-from layerlaws.errors import LayerlawsError
-from layerlaws.execution import Execution
-from layerlaws.job_needs import JobPlanner
-from layerlaws.renamed_keys import renamed_key_errors
-from layerlaws.series import (
+from layerlaws.synthetic.tasks import TASKS as ADDITION_TASKS
+from layerlaws.text.corpus import prompt_datasets
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.pipeline.execution import Execution
+from layerlaws.pipeline.planning import JobPlanner
+from layerlaws.pipeline.renamed_keys import renamed_key_errors
+from layerlaws.pipeline.expansion import (
     expand_models,
     initial_weights,
     series_members,
@@ -26,7 +26,7 @@ from layerlaws.series import (
     signature_corpus,
     tokenizer_owner,
 )
-from layerlaws.training_plan import checkpoint_folder as step_folder
+from layerlaws.training.plan import checkpoint_folder as step_folder
 
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
 

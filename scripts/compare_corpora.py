@@ -4,10 +4,10 @@ view with every corpus's tokens pooled."""
 
 import polars as pl
 
-from layerlaws.atomic import write_csv
-from layerlaws.logs import run_logged
-from layerlaws.signature_plots import plot_per_token_by_corpus, plot_rcos_by_corpus
-from layerlaws.signatures import by_corpus
+from layerlaws.core.atomic import write_csv
+from layerlaws.core.logs import run_logged
+from layerlaws.signatures.comparison import by_corpus
+from layerlaws.signatures.plots import plot_per_token_by_corpus, plot_rcos_by_corpus
 
 
 def main() -> None:

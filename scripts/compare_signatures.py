@@ -4,10 +4,10 @@ import logging
 
 import polars as pl
 
-from layerlaws.atomic import write_csv, write_json, write_npz, write_parquet
-from layerlaws.logs import run_logged
-from layerlaws.models import embedding_matrices, load_tokenizer
-from layerlaws.signatures import compare_with_embeddings
+from layerlaws.core.atomic import write_csv, write_json, write_npz, write_parquet
+from layerlaws.core.logs import run_logged
+from layerlaws.models.prepared import embedding_matrices, load_tokenizer
+from layerlaws.signatures.comparison import compare_with_embeddings
 
 
 def main() -> None:

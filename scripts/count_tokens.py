@@ -3,8 +3,8 @@
 import tempfile
 from pathlib import Path
 
-from layerlaws.counting import connect, count_tokens
-from layerlaws.logs import run_logged
+from layerlaws.core.logs import run_logged
+from layerlaws.signatures.counting import connect, count_tokens
 
 
 def main() -> None:

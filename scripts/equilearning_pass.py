@@ -8,17 +8,22 @@ from dataclasses import asdict
 import polars as pl
 import torch
 
-from layerlaws.atomic import write_csv, write_json, write_npz
-from layerlaws.devices import claim_devices
-from layerlaws.equilearning import EquilearningStatistics, check_enough_rows
-from layerlaws.evaluation import HeldOutEvaluation
-from layerlaws.execution import Execution
-from layerlaws.forward_pass import run_forward_pass
-from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
-from layerlaws.logs import run_logged
-from layerlaws.masking import TARGET_OFFSETS, probe_of, probe_tokens
-from layerlaws.models import load_model, load_tokenizer, plan_placement, read_facts
-from layerlaws.token_views import TokenViews, ViewedRows, default_layers, word_token_ids
+from layerlaws.core.atomic import write_csv, write_json, write_npz
+from layerlaws.core.logs import run_logged
+from layerlaws.equilearning.evaluation import HeldOutEvaluation
+from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness_classes
+from layerlaws.equilearning.statistics import EquilearningStatistics, check_enough_rows
+from layerlaws.equilearning.token_views import (
+    TokenViews,
+    ViewedRows,
+    default_layers,
+    word_token_ids,
+)
+from layerlaws.forward.masking import TARGET_OFFSETS, probe_of, probe_tokens
+from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.models.devices import claim_devices
+from layerlaws.models.prepared import load_model, load_tokenizer, plan_placement, read_facts
+from layerlaws.pipeline.execution import Execution
 
 
 def main() -> None:

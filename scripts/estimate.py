@@ -1,8 +1,8 @@
 """Snakemake entry point (`snakemake estimate`): what every model-running job of the config
 will need, printed before anything runs."""
 
-from layerlaws.job_needs import JobPlanner, plan_table
-from layerlaws.logs import run_logged
+from layerlaws.core.logs import run_logged
+from layerlaws.pipeline.planning import JobPlanner, plan_table
 
 
 def main() -> None:

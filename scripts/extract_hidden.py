@@ -6,13 +6,13 @@ import os
 import polars as pl
 import torch
 
-from layerlaws.atomic import atomic_path
-from layerlaws.devices import claim_devices
-from layerlaws.execution import Execution
-from layerlaws.hidden_writer import extract_hidden_states
-from layerlaws.logs import run_logged
-from layerlaws.masking import probe_of, probe_tokens
-from layerlaws.models import load_model, load_tokenizer, plan_placement, read_facts
+from layerlaws.core.atomic import atomic_path
+from layerlaws.core.logs import run_logged
+from layerlaws.forward.kept_writer import extract_hidden_states
+from layerlaws.forward.masking import probe_of, probe_tokens
+from layerlaws.models.devices import claim_devices
+from layerlaws.models.prepared import load_model, load_tokenizer, plan_placement, read_facts
+from layerlaws.pipeline.execution import Execution
 
 
 def main() -> None:

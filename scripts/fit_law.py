@@ -3,9 +3,9 @@ the separation fuzziness (results/equilearning/…/law.csv, fuzziness_law.csv)."
 
 import polars as pl
 
-from layerlaws.atomic import write_csv
-from layerlaws.law import fuzziness_law_table, law_table
-from layerlaws.logs import run_logged
+from layerlaws.core.atomic import write_csv
+from layerlaws.core.logs import run_logged
+from layerlaws.equilearning.law import fuzziness_law_table, law_table
 
 
 def main() -> None:

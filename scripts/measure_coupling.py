@@ -7,14 +7,14 @@ import logging
 import polars as pl
 import torch
 
-from layerlaws.atomic import write_csv, write_npz
-from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt_set
-from layerlaws.corpus import prompt_texts
-from layerlaws.devices import claim_devices
-from layerlaws.execution import Execution
-from layerlaws.logs import run_logged
-from layerlaws.models import coupling_twins, load_tokenizer, plan_placement, read_facts
-from layerlaws.tokens import tokenize_prompts
+from layerlaws.core.atomic import write_csv, write_npz
+from layerlaws.core.logs import run_logged
+from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt_set
+from layerlaws.models.devices import claim_devices
+from layerlaws.models.prepared import coupling_twins, load_tokenizer, plan_placement, read_facts
+from layerlaws.pipeline.execution import Execution
+from layerlaws.text.corpus import prompt_texts
+from layerlaws.text.tokens import tokenize_prompts
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
 import numpy as np
 import polars as pl
 
-from layerlaws.coupling_plots import (
+from layerlaws.core.logs import run_logged
+from layerlaws.coupling.plots import (
     plot_adjacency,
     plot_depth,
     plot_layers,
@@ -12,7 +13,6 @@ from layerlaws.coupling_plots import (
     plot_singular_values,
     plot_tokens,
 )
-from layerlaws.logs import run_logged
 
 
 def main() -> None:

@@ -3,8 +3,8 @@ dataset."""
 
 import polars as pl
 
-from layerlaws.logs import run_logged
-from layerlaws.plots import plot_fuzziness, plot_law, plot_norms, plot_token_views
+from layerlaws.core.logs import run_logged
+from layerlaws.equilearning.plots import plot_fuzziness, plot_law, plot_norms, plot_token_views
 
 
 def main() -> None:

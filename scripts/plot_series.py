@@ -2,8 +2,8 @@
 
 import polars as pl
 
-from layerlaws.logs import run_logged
-from layerlaws.series_plots import plot_generalisation, plot_quantities
+from layerlaws.core.logs import run_logged
+from layerlaws.series.plots import plot_generalisation, plot_quantities
 
 
 def main() -> None:

@@ -3,8 +3,8 @@
 import numpy as np
 import polars as pl
 
-from layerlaws.logs import run_logged
-from layerlaws.signature_plots import plot_deciles, plot_digits, plot_heatmaps, plot_per_token
+from layerlaws.core.logs import run_logged
+from layerlaws.signatures.plots import plot_deciles, plot_digits, plot_heatmaps, plot_per_token
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 
 import polars as pl
 
-from layerlaws.logs import run_logged
-from layerlaws.plots import plot_summary
+from layerlaws.core.logs import run_logged
+from layerlaws.equilearning.plots import plot_summary
 
 
 def main() -> None:

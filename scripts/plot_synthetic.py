@@ -1,13 +1,13 @@
 """Snakemake entry point: the synthetic addition stage's figures (results/synthetic/)."""
 
-from layerlaws.addition_plots import (
+from layerlaws.core.logs import run_logged
+from layerlaws.synthetic.plots import (
     plot_dynamics,
     plot_embedding_heatmaps,
     plot_signatures,
     plot_unembedding,
 )
-from layerlaws.addition_summary import read_results
-from layerlaws.logs import run_logged
+from layerlaws.synthetic.summary import read_results
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import polars as pl
 
-from layerlaws.logs import run_logged
-from layerlaws.series_plots import plot_training_curve
+from layerlaws.core.logs import run_logged
+from layerlaws.training.plots import plot_training_curve
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 
 import tempfile
 
-from layerlaws.counting import connect, pool_counts
-from layerlaws.logs import run_logged
+from layerlaws.core.logs import run_logged
+from layerlaws.signatures.counting import connect, pool_counts
 
 
 def main() -> None:

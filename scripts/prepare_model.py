@@ -2,9 +2,9 @@
 
 import logging
 
-from layerlaws.atomic import atomic_path
-from layerlaws.logs import run_logged
-from layerlaws.models import prepare_model
+from layerlaws.core.atomic import atomic_path
+from layerlaws.core.logs import run_logged
+from layerlaws.models.prepared import prepare_model
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Snakemake entry point: sample probing texts (results/corpus/{dataset}/sentences.parquet)."""
 
-from layerlaws.atomic import write_parquet
-from layerlaws.corpus import excluded_sources, sample_sentences
-from layerlaws.logs import run_logged
+from layerlaws.core.atomic import write_parquet
+from layerlaws.core.logs import run_logged
+from layerlaws.text.corpus import excluded_sources, sample_sentences
 
 
 def main() -> None:

@@ -3,9 +3,9 @@ the strength of its law (results/equilearning/summary.csv, best_datasets.csv).""
 
 import polars as pl
 
-from layerlaws.atomic import write_csv
-from layerlaws.law import best_datasets
-from layerlaws.logs import run_logged
+from layerlaws.core.atomic import write_csv
+from layerlaws.core.logs import run_logged
+from layerlaws.equilearning.law import best_datasets
 
 
 def main() -> None:

@@ -3,9 +3,9 @@
 
 import logging
 
-from layerlaws.atomic import write_csv
-from layerlaws.logs import run_logged
-from layerlaws.series_summary import coupling_fits, series_summary
+from layerlaws.core.atomic import write_csv
+from layerlaws.core.logs import run_logged
+from layerlaws.series.summary import coupling_fits, series_summary
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """Snakemake entry point: the synthetic addition stage's summary table
 (results/synthetic/summary.csv)."""
 
-from layerlaws.addition_summary import read_results, summarize
-from layerlaws.atomic import write_csv
-from layerlaws.logs import run_logged
+from layerlaws.core.atomic import write_csv
+from layerlaws.core.logs import run_logged
+from layerlaws.synthetic.summary import read_results, summarize
 
 
 def main() -> None:

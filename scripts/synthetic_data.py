@@ -6,9 +6,9 @@ from dataclasses import asdict
 import numpy as np
 import polars as pl
 
-from layerlaws.addition_tasks import AdditionTask, generate, signature_table, signatures
-from layerlaws.atomic import write_csv, write_npz
-from layerlaws.logs import run_logged
+from layerlaws.core.atomic import write_csv, write_npz
+from layerlaws.core.logs import run_logged
+from layerlaws.synthetic.tasks import AdditionTask, generate, signature_table, signatures
 
 
 def main() -> None:

@@ -2,13 +2,13 @@
 
 import logging
 
-from layerlaws.atomic import atomic_path
-from layerlaws.corpus import excluded_sources
-from layerlaws.execution import Execution
-from layerlaws.logs import run_logged
-from layerlaws.models import load_tokenizer
-from layerlaws.sources import iter_texts
-from layerlaws.tokens import tokenize_corpus
+from layerlaws.core.atomic import atomic_path
+from layerlaws.core.logs import run_logged
+from layerlaws.models.prepared import load_tokenizer
+from layerlaws.pipeline.execution import Execution
+from layerlaws.text.corpus import excluded_sources
+from layerlaws.text.sources import iter_texts
+from layerlaws.text.tokens import tokenize_corpus
 
 
 def main() -> None:

@@ -2,10 +2,10 @@
 
 import polars as pl
 
-from layerlaws.atomic import write_parquet
-from layerlaws.logs import run_logged
-from layerlaws.models import load_tokenizer, read_facts
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.core.atomic import write_parquet
+from layerlaws.core.logs import run_logged
+from layerlaws.models.prepared import load_tokenizer, read_facts
+from layerlaws.text.tokens import tokenize_sentences
 
 
 def main() -> None:

@@ -6,13 +6,13 @@ import logging
 import polars as pl
 import torch
 
-from layerlaws.atomic import write_csv, write_json
-from layerlaws.devices import claim_devices
-from layerlaws.execution import Execution
-from layerlaws.logs import run_logged
-from layerlaws.models import load_tokenizer
-from layerlaws.training import model_config, packed_texts, train
-from layerlaws.training_plan import TrainingSpec, unigram_cross_entropy, unigram_entropy
+from layerlaws.core.atomic import write_csv, write_json
+from layerlaws.core.logs import run_logged
+from layerlaws.models.devices import claim_devices
+from layerlaws.models.prepared import load_tokenizer
+from layerlaws.pipeline.execution import Execution
+from layerlaws.training.plan import TrainingSpec, unigram_cross_entropy, unigram_entropy
+from layerlaws.training.train import model_config, packed_texts, train
 
 
 def main() -> None:

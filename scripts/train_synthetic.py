@@ -5,10 +5,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from layerlaws.addition_models import AdditionTraining, train
-from layerlaws.addition_tasks import AdditionData, AdditionTask
-from layerlaws.atomic import write_csv, write_npz
-from layerlaws.logs import run_logged
+from layerlaws.core.atomic import write_csv, write_npz
+from layerlaws.core.logs import run_logged
+from layerlaws.synthetic.models import AdditionTraining, train
+from layerlaws.synthetic.tasks import AdditionData, AdditionTask
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from tiny_models import save_tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from layerlaws.sources import wikipedia_summaries
+from layerlaws.text.sources import wikipedia_summaries
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,8 +4,8 @@ solved with float64 numpy.linalg.lstsq."""
 import numpy as np
 import torch
 
-from layerlaws.norms import normalize
-from layerlaws.regression import DEFAULT_CUTOFF
+from layerlaws.equilearning.norms import normalize
+from layerlaws.equilearning.regression import DEFAULT_CUTOFF
 
 
 def reference_pr(hidden, layer, offset, norm, shuffled):

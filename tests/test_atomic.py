@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from layerlaws.atomic import atomic_path, write_json
+from layerlaws.core.atomic import atomic_path, write_json
 
 
 def test_failed_write_leaves_no_file(tmp_path):

@@ -5,8 +5,8 @@ import json
 import polars as pl
 import pytest
 
-from layerlaws.corpus import SENTENCE_SCHEMA, sample_sentences
-from layerlaws.errors import LayerlawsError
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.text.corpus import SENTENCE_SCHEMA, sample_sentences
 
 
 @pytest.fixture

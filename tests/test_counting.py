@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from layerlaws.counting import connect, count_tokens, pool_counts
-from layerlaws.tokens import TOKEN_SCHEMA, with_successors
+from layerlaws.signatures.counting import connect, count_tokens, pool_counts
+from layerlaws.text.tokens import TOKEN_SCHEMA, with_successors
 
 
 def token_table(seed: int, n_sequences: int, first_id: int = 0) -> pl.DataFrame:

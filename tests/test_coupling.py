@@ -7,20 +7,20 @@ import pytest
 import scipy.stats
 import torch
 
-from layerlaws.architectures import norm_module
-from layerlaws.block_coupling import TokenCoupling, layer_pairs, measure_prompt
-from layerlaws.blocks import trace_blocks
-from layerlaws.errors import LayerlawsError
-from layerlaws.jacobians import jacobian_rows, top_singular
-from layerlaws.miscoupling import miscoupling, miscoupling_matrix
-from layerlaws.models import load_model
-from layerlaws.trajectories import (
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.coupling.jacobians import jacobian_rows, top_singular
+from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt
+from layerlaws.coupling.miscoupling import miscoupling, miscoupling_matrix
+from layerlaws.coupling.trajectories import (
     equidistance_cv,
     expodistance,
     line_shape_score,
     pca_projection,
     windowed_line_shape,
 )
+from layerlaws.models.architectures import norm_module
+from layerlaws.models.blocks import trace_blocks
+from layerlaws.models.prepared import load_model
 
 
 @pytest.fixture(params=["llama", "gpt2"])

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from layerlaws.devices import claim_devices, visible_gpu_ids
-from layerlaws.errors import LayerlawsError
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.devices import claim_devices, visible_gpu_ids
 
 FAKE_GPUS = ["0", "1", "2"]
 

@@ -15,15 +15,15 @@ from conftest import llama_tokenizer
 from lstsq_reference import reference_pr
 from tiny_models import ENCODER_OPTIONS, WIDTH, save_tiny_model
 
-from layerlaws.equilearning import EquilearningStatistics, normalized
-from layerlaws.errors import LayerlawsError
-from layerlaws.evaluation import HeldOutEvaluation
-from layerlaws.forward_pass import run_forward_pass, text_rows
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import HiddenStateWriter
-from layerlaws.masking import TARGET_OFFSETS, mask_tokens, probe_of, probe_tokens
-from layerlaws.models import load_model, load_tokenizer, prepare_model, read_facts
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.evaluation import HeldOutEvaluation
+from layerlaws.equilearning.statistics import EquilearningStatistics, normalized
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import HiddenStateWriter
+from layerlaws.forward.masking import TARGET_OFFSETS, mask_tokens, probe_of, probe_tokens
+from layerlaws.forward.model_pass import run_forward_pass, text_rows
+from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model, read_facts
+from layerlaws.text.tokens import tokenize_sentences
 
 OFFSETS = [-1, 0, 1]
 
@@ -162,8 +162,8 @@ def test_masked_lm_probe_needs_an_encoder(encoder):
 def test_encoder_blocks_trace_and_differentiate(encoder):
     """Coupling runs on encoders too: the traced stream is the encoder's hidden states and
     a block's Jacobian equals torch.autograd.functional.jacobian of its branch."""
-    from layerlaws.blocks import trace_blocks
-    from layerlaws.jacobians import jacobian_rows
+    from layerlaws.coupling.jacobians import jacobian_rows
+    from layerlaws.models.blocks import trace_blocks
 
     _, root, _, tokens = encoder
     model = load_model(root / "m", "float32", "cpu", attention="eager")

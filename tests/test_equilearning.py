@@ -6,18 +6,18 @@ import polars as pl
 import pytest
 from lstsq_reference import reference_pr
 
-from layerlaws.equilearning import (
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.statistics import (
     EquilearningStatistics,
     check_enough_rows,
     target_ids,
     target_matrix,
 )
-from layerlaws.errors import LayerlawsError
-from layerlaws.forward_pass import observed_tokens, run_forward_pass, text_rows
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import HiddenStateWriter
-from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import HiddenStateWriter
+from layerlaws.forward.model_pass import observed_tokens, run_forward_pass, text_rows
+from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.text.tokens import tokenize_sentences
 
 OFFSETS = [-1, 0, 1, 2]
 NORMS = ["model", "standardize", "none"]

@@ -17,14 +17,14 @@ import torch
 from conftest import llama_tokenizer
 from tiny_models import ENCODER_OPTIONS, FAMILIES, WIDTH, save_tiny_model
 
-from layerlaws.architectures import ARCHITECTURES
-from layerlaws.blocks import trace_blocks
-from layerlaws.errors import LayerlawsError
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import extract_hidden_states
-from layerlaws.jacobians import jacobian_rows
-from layerlaws.models import load_model, prepare_model
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.coupling.jacobians import jacobian_rows
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import extract_hidden_states
+from layerlaws.models.architectures import ARCHITECTURES
+from layerlaws.models.blocks import trace_blocks
+from layerlaws.models.prepared import load_model, prepare_model
+from layerlaws.text.tokens import tokenize_sentences
 
 RMSNORM_FAMILIES = {
     "llama",

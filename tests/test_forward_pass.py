@@ -8,19 +8,19 @@ import polars as pl
 import pytest
 import torch
 
-from layerlaws.architectures import blocks_of
-from layerlaws.errors import LayerlawsError
-from layerlaws.forward_pass import (
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import extract_hidden_states
+from layerlaws.forward.model_pass import (
     CPU_BATCH_SIZE,
     automatic_batch_size,
     length_sorted_batches,
     run_forward_pass,
     text_rows,
 )
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import extract_hidden_states
-from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.models.architectures import blocks_of
+from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.text.tokens import tokenize_sentences
 
 
 def tokenised(folder, texts, tmp_path):

@@ -8,15 +8,15 @@ import polars as pl
 import pytest
 import torch
 
-from layerlaws.equilearning import normalized, target_ids
-from layerlaws.errors import LayerlawsError
-from layerlaws.forward_pass import run_forward_pass, text_rows
-from layerlaws.fuzziness import SeparationFuzziness, fuzziness, fuzziness_classes
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import HiddenStateWriter
-from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.regression import Moments
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness, fuzziness_classes
+from layerlaws.equilearning.regression import Moments
+from layerlaws.equilearning.statistics import normalized, target_ids
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import HiddenStateWriter
+from layerlaws.forward.model_pass import run_forward_pass, text_rows
+from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.text.tokens import tokenize_sentences
 
 
 def direct_fuzziness(rows: np.ndarray, labels: np.ndarray) -> float:

@@ -7,18 +7,18 @@ import polars as pl
 import pytest
 from transformers import LlamaConfig
 
-from layerlaws.equilearning import EquilearningStatistics
-from layerlaws.forward_pass import run_forward_pass
-from layerlaws.fuzziness import SeparationFuzziness, fuzziness_classes
-from layerlaws.job_needs import config_size
-from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.resources import (
+from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness_classes
+from layerlaws.equilearning.statistics import EquilearningStatistics
+from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.pipeline.planning import config_size
+from layerlaws.pipeline.resources import (
     ModelSize,
     equilearning_pass_needs,
     fuzziness_bytes,
     statistics_bytes,
 )
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.text.tokens import tokenize_sentences
 
 OFFSETS, NORMS, CONTROLS = (
     [-1, 0, 1, 2],

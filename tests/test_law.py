@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from layerlaws.law import best_datasets, fit_law, law_table
+from layerlaws.equilearning.law import best_datasets, fit_law, law_table
 
 
 def test_exactly_geometric_pr():

@@ -3,8 +3,8 @@ traceback."""
 
 import pytest
 
-from layerlaws.errors import LayerlawsError
-from layerlaws.logs import run_logged
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.logs import run_logged
 
 
 def fail_with(error: Exception):

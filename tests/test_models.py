@@ -11,8 +11,8 @@ from conftest import llama_tokenizer
 from safetensors import safe_open
 from tiny_models import save_tiny_model
 
-from layerlaws.errors import LayerlawsError
-from layerlaws.models import (
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.prepared import (
     embedding_matrices,
     load_model,
     load_tokenizer,

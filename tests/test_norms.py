@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from layerlaws.norms import NORMS, normalize
+from layerlaws.equilearning.norms import NORMS, normalize
 
 
 @pytest.fixture

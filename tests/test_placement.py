@@ -5,12 +5,18 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from layerlaws.equilearning import EquilearningStatistics
-from layerlaws.errors import LayerlawsError
-from layerlaws.forward_pass import run_forward_pass
-from layerlaws.models import load_model, load_tokenizer, plan_placement, prepare_model, skeleton_of
-from layerlaws.placement import device_map, weights_bytes
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.statistics import EquilearningStatistics
+from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.models.placement import device_map, weights_bytes
+from layerlaws.models.prepared import (
+    load_model,
+    load_tokenizer,
+    plan_placement,
+    prepare_model,
+    skeleton_of,
+)
+from layerlaws.text.tokens import tokenize_sentences
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from layerlaws.regression import Moments, prediction_residuals
+from layerlaws.equilearning.regression import Moments, prediction_residuals
 
 
 def lstsq_pr(x: np.ndarray, y: np.ndarray) -> float:

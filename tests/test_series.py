@@ -16,8 +16,8 @@ from scipy import stats
 from snakemake.exceptions import WorkflowError
 from snakemake_runs import dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
-from layerlaws.series import expand_models, series_members, series_runs
-from layerlaws.series_summary import coupling_fits, linear_fit
+from layerlaws.pipeline.expansion import expand_models, series_members, series_runs
+from layerlaws.series.summary import coupling_fits, linear_fit
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from layerlaws.signatures import (
+from layerlaws.signatures.comparison import (
     analysis_tokens,
     compare,
     cosine_matrix,

@@ -10,9 +10,10 @@ import pytest
 import scipy.stats
 from snakemake_runs import run_ok, write_config
 
-from layerlaws.addition_models import AdditionTraining, train
-from layerlaws.addition_summary import alignment
-from layerlaws.addition_tasks import (
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.synthetic.models import AdditionTraining, train
+from layerlaws.synthetic.summary import alignment
+from layerlaws.synthetic.tasks import (
     TASKS,
     AdditionTask,
     cosine_matrix,
@@ -20,7 +21,6 @@ from layerlaws.addition_tasks import (
     r_order,
     signatures,
 )
-from layerlaws.errors import LayerlawsError
 
 ANCHORS, KEYS = [11, 20], [101, 140]
 

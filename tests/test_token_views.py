@@ -6,19 +6,19 @@ import polars as pl
 import pytest
 import torch
 
-from layerlaws.equilearning import normalized
-from layerlaws.forward_pass import run_forward_pass, text_rows
-from layerlaws.hidden import HiddenStates
-from layerlaws.hidden_writer import HiddenStateWriter
-from layerlaws.models import load_model, load_tokenizer, prepare_model
-from layerlaws.token_views import (
+from layerlaws.equilearning.statistics import normalized
+from layerlaws.equilearning.token_views import (
     TokenViews,
     ViewedRows,
     default_layers,
     principal_plane,
     word_token_ids,
 )
-from layerlaws.tokens import tokenize_sentences
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.forward.kept_writer import HiddenStateWriter
+from layerlaws.forward.model_pass import run_forward_pass, text_rows
+from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.text.tokens import tokenize_sentences
 
 GROUPS = [["is", "are"], ["the", "of"], ["notaword"]]
 

@@ -3,9 +3,14 @@
 import polars as pl
 import pytest
 
-from layerlaws.errors import LayerlawsError
-from layerlaws.models import load_tokenizer
-from layerlaws.tokens import TOKEN_SCHEMA, tokenize_corpus, tokenize_prompts, tokenize_sentences
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.prepared import load_tokenizer
+from layerlaws.text.tokens import (
+    TOKEN_SCHEMA,
+    tokenize_corpus,
+    tokenize_prompts,
+    tokenize_sentences,
+)
 
 
 def sentences(texts):

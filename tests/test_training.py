@@ -13,15 +13,8 @@ import torch
 from conftest import llama_tokenizer
 from safetensors.torch import load_file
 
-from layerlaws.errors import LayerlawsError
-from layerlaws.training import (
-    CHECKPOINT_FILE,
-    STATE_FILE,
-    model_config,
-    packed_texts,
-    train,
-)
-from layerlaws.training_plan import (
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.training.plan import (
     TrainingSpec,
     batch_indices,
     checkpoint_folder,
@@ -31,6 +24,13 @@ from layerlaws.training_plan import (
     parameter_count,
     unigram_cross_entropy,
     unigram_entropy,
+)
+from layerlaws.training.train import (
+    CHECKPOINT_FILE,
+    STATE_FILE,
+    model_config,
+    packed_texts,
+    train,
 )
 
 SETTINGS = {

@@ -19,8 +19,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 from snakemake_runs import REPO, dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
-from layerlaws.hidden import HiddenStates
-from layerlaws.job_needs import JobPlanner
+from layerlaws.forward.kept_states import HiddenStates
+from layerlaws.pipeline.planning import JobPlanner
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers import CONFIG_MAPPING, PreTrainedTokenizerBase
 
-from layerlaws.architectures import auto_class
+from layerlaws.models.architectures import auto_class
 
 WIDTH = 32
 """Hidden size of the family models."""

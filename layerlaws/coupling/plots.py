@@ -1,0 +1,256 @@
+"""Figures of the block-coupling and trajectory stage (paper 004, Figs. 1, 3, 4, 17, 23–25).
+
+``options`` are the config's plot options (``format``, ``dpi``, ``width``). Every figure
+sets the trained model beside its randomly initialised twin.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from layerlaws.core.figures import plt, save_figure
+from layerlaws.coupling.trajectories import pca_projection
+
+WEIGHTS = ("trained", "random")
+
+
+def _square(table: pl.DataFrame, row: str, column: str) -> np.ndarray:
+    size = int(max(table[row].max(), table[column].max())) + 1
+    offset = int(min(table[row].min(), table[column].min()))
+    matrix = np.full((size - offset, size - offset), np.nan)
+    matrix[table[row].to_numpy() - offset, table[column].to_numpy() - offset] = table[
+        "miscoupling"
+    ].to_numpy()
+    return matrix
+
+
+def plot_depth(
+    depth: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Depth-wise mis-coupling M[l, l′] of the last token, mean over prompts (Fig. 3)."""
+    k = depth["k"].min()
+    figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.2))
+    for axis, weights in zip(axes, WEIGHTS, strict=True):
+        block = depth.filter(
+            (pl.col("weights") == weights) & (pl.col("prompt") == "mean") & (pl.col("k") == k)
+        )
+        image = axis.imshow(
+            _square(block, "layer_a", "layer_b"),
+            vmin=0,
+            vmax=1,
+            cmap="viridis_r",
+            origin="lower",
+            extent=(0.5, block["layer_b"].max() + 0.5, 0.5, block["layer_a"].max() + 0.5),
+        )
+        off = block.filter(pl.col("layer_a") != pl.col("layer_b"))["miscoupling"].mean()
+        axis.set_title(f"{weights}: mean off-diagonal m̃ = {off:.3f}", fontsize=9)
+        axis.set_xlabel("layer of the singular vectors")
+        axis.set_ylabel("layer of the Jacobian")
+        figure.colorbar(image, ax=axis, shrink=0.8)
+    figure.suptitle(f"{title}: depth-wise mis-coupling, last token, K={k}", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def plot_tokens(
+    tokens: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Token-wise mis-coupling at the first chosen layer pair, first prompt (Fig. 4)."""
+    k = tokens["k"].min()
+    layer_a, layer_b = tokens.row(0, named=True)["layer_a"], tokens.row(0, named=True)["layer_b"]
+    kinds = tokens["kind"].unique(maintain_order=True).to_list()
+    figure, axes = plt.subplots(
+        2, len(kinds), figsize=(options["width"], options["width"] / 1.6), squeeze=False
+    )
+    for row, weights in enumerate(WEIGHTS):
+        for column, kind in enumerate(kinds):
+            block = tokens.filter(
+                (pl.col("weights") == weights)
+                & (pl.col("prompt") == "0")
+                & (pl.col("kind") == kind)
+                & (pl.col("k") == k)
+                & (pl.col("layer_a") == layer_a)
+                & (pl.col("layer_b") == layer_b)
+            )
+            axis = axes[row][column]
+            low, high = block["token_a"].min() - 0.5, block["token_a"].max() + 0.5
+            axis.imshow(
+                _square(block, "token_a", "token_b"),
+                vmin=0,
+                vmax=1,
+                cmap="viridis_r",
+                extent=(low, high, high, low),
+            )
+            axis.set_title(f"{weights}, {kind}", fontsize=8)
+            axis.set_xlabel(f"token (singular vectors, layer {layer_b})", fontsize=7)
+            axis.set_ylabel(f"token (Jacobian, layer {layer_a})", fontsize=7)
+    layers = f"layer {layer_a}" if layer_a == layer_b else f"layers {layer_a} and {layer_b}"
+    figure.suptitle(f"{title}: token-wise mis-coupling, {layers}, K={k}", fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path, options)
+
+
+def plot_adjacency(
+    depth: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Mean mis-coupling against layer distance |l − l′| (Fig. 1c–e): coupling is expected
+    to be strongest between adjacent layers of a trained model."""
+    figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
+    distances = (
+        depth.filter(pl.col("prompt") == "mean")
+        .with_columns(distance=(pl.col("layer_a") - pl.col("layer_b")).abs())
+        .filter(pl.col("distance") > 0)
+        .group_by("weights", "k", "distance")
+        .agg(pl.col("miscoupling").mean())
+        .sort("distance")
+    )
+    for (weights, k), block in distances.sort("weights", "k").group_by(
+        ["weights", "k"], maintain_order=True
+    ):
+        axis.plot(
+            block["distance"],
+            block["miscoupling"],
+            "o-" if weights == "trained" else "x--",
+            markersize=3,
+            label=f"{weights}, K={k}",
+        )
+    axis.set_xlabel("layer distance |l − l′|")
+    axis.set_ylabel("mean mis-coupling")
+    axis.set_title(title, fontsize=10)
+    axis.legend(fontsize=7)
+    save_figure(figure, path, options)
+
+
+def plot_shape(
+    trajectories: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Distributions over all tokens of the line-shape score, the expodistance and the
+    equidistance's coefficient of variation (Fig. 23)."""
+    columns = ("lss", "expodistance", "equidistance_cv")
+    figure, axes = plt.subplots(1, len(columns), figsize=(options["width"], 3.2))
+    for axis, column in zip(axes, columns, strict=True):
+        for weights in WEIGHTS:
+            values = trajectories.filter(pl.col("weights") == weights)[column].to_numpy()
+            axis.hist(
+                values[np.isfinite(values)],
+                bins=20,
+                alpha=0.6,
+                label=f"{weights} (median {np.nanmedian(values):.2f})",
+            )
+        axis.set_xlabel(
+            {
+                "lss": "line-shape score (1 = straight)",
+                "expodistance": "expodistance (0 = exponential growth)",
+                "equidistance_cv": "CV of ‖x^l − x^(l−1)‖ (0 = equidistant)",
+            }[column],
+            fontsize=8,
+        )
+        axis.legend(fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path, options)
+
+
+def plot_pca(
+    streams: Mapping[str, np.ndarray],
+    title: str,
+    path: str | os.PathLike[str],
+    options: Mapping[str, Any],
+) -> None:
+    """Token trajectories of the first prompt on the top two principal components of their
+    last layer (Fig. 17 style, Appendix A.2.1); darker points are deeper layers, the last
+    token's line is black and the first token's orange (in trained models it often carries
+    massive activations, an attention sink, and lies far from the others)."""
+    figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.2))
+    for axis, weights in zip(axes, WEIGHTS, strict=True):
+        stream = streams[f"{weights}/0"]  # (L + 1, T, d)
+        projected = pca_projection(np.transpose(stream, (1, 0, 2)))
+        depth = np.linspace(0.2, 1, projected.shape[1])
+        last = len(projected) - 1
+        for index, token in enumerate(projected):
+            color, label = {0: ("tab:orange", "first token"), last: ("black", "last token")}.get(
+                index, ("0.7", None)
+            )
+            axis.plot(token[:, 0], token[:, 1], "-", color=color, linewidth=0.6, label=label)
+            axis.scatter(token[:, 0], token[:, 1], c=depth, cmap="Blues", s=6)
+        axis.set_title(weights, fontsize=9)
+        axis.set_xlabel("PC 1 of the last layer")
+        axis.set_ylabel("PC 2 of the last layer")
+        axis.legend(fontsize=7)
+    figure.suptitle(f"{title}: trajectories of the first prompt's tokens", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def _median_band(axis: Any, table: pl.DataFrame, x: str, y: str, style: str, label: str) -> None:
+    """Median of ``y`` against ``x`` with its inter-quartile band."""
+    stats = (
+        table.filter(pl.col(y).is_not_nan())
+        .group_by(x)
+        .agg(
+            median=pl.col(y).median(),
+            low=pl.col(y).quantile(0.25),
+            high=pl.col(y).quantile(0.75),
+        )
+        .sort(x)
+    )
+    lines = axis.plot(stats[x], stats["median"], style, markersize=3, label=label)
+    axis.fill_between(stats[x], stats["low"], stats["high"], alpha=0.2, color=lines[0].get_color())
+
+
+def plot_singular_values(
+    singular_values: pl.DataFrame,
+    title: str,
+    path: str | os.PathLike[str],
+    options: Mapping[str, Any],
+) -> None:
+    """Top singular values of the last token's block Jacobians against depth, median over
+    prompts with the inter-quartile band, for ranks 1, 2, 5, 10 (paper 004, Appendix:
+    singular value scaling)."""
+    ranks = [rank for rank in (1, 2, 5, 10) if rank <= singular_values["rank"].max()]
+    figure, axes = plt.subplots(
+        1, 2, figsize=(options["width"], options["width"] / 2.6), sharey=True
+    )
+    for axis, weights in zip(axes, WEIGHTS, strict=True):
+        for rank in ranks:
+            block = singular_values.filter(
+                (pl.col("weights") == weights) & (pl.col("rank") == rank)
+            )
+            _median_band(axis, block, "layer", "singular_value", "o-", f"σ_{rank}")
+        axis.set_yscale("log")
+        axis.set_title(weights, fontsize=9)
+        axis.set_xlabel("layer l")
+        axis.legend(fontsize=7)
+    axes[0].set_ylabel("singular value of J^l (last token)")
+    figure.suptitle(f"{title}: singular values against depth", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def plot_layers(
+    layers: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+) -> None:
+    """Per-layer profiles over all tokens and prompts (paper 004, Fig. 24–25): the norm of
+    x^l, the step length ‖x^l − x^{l−1}‖ and the line-shape score of the centred window;
+    median with the inter-quartile band, trained against random weights."""
+    panels = {
+        "norm": ("‖x^l‖", "log"),
+        "step_length": ("‖x^l − x^(l−1)‖", "log"),
+        "lss_window": ("windowed line-shape score", "linear"),
+    }
+    figure, axes = plt.subplots(1, len(panels), figsize=(options["width"], 3.2))
+    for axis, (column, (label, scale)) in zip(axes, panels.items(), strict=True):
+        for weights in WEIGHTS:
+            block = layers.filter(pl.col("weights") == weights)
+            _median_band(
+                axis, block, "layer", column, "o-" if weights == "trained" else "x--", weights
+            )
+        axis.set_yscale(scale)
+        axis.set_xlabel("layer l")
+        axis.set_ylabel(label, fontsize=8)
+        axis.legend(fontsize=7)
+    figure.suptitle(f"{title}: trajectories against depth", fontsize=10)
+    figure.tight_layout()
+    save_figure(figure, path, options)

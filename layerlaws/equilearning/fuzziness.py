@@ -1,0 +1,152 @@
+"""Separation fuzziness of every layer (He & Su, Fig. S8), streamed from the model pass.
+
+With the next token as the class c of a row h (a text token followed by a text token; for
+masked-LM probing, the masked token itself: the probe's target offset),
+
+    SS_w = (1/N) Σ_c Σ_{i∈c} (h_i − μ_c)(h_i − μ_c)ᵀ,   SS_b = (1/N) Σ_c n_c (μ_c − μ)(μ_c − μ)ᵀ,
+    D = Tr(SS_w · SS_b⁺).
+
+Only the classes chosen before the pass are counted (next tokens that follow at least
+``min_rows`` text tokens of the run, at most the ``max_classes`` most frequent): a class
+of a handful of rows has no meaningful mean, and per-class sums over the whole
+vocabulary would not fit in memory. N is the number of rows of those classes. Per layer
+and norm the observer holds the class counts and sums (C × hidden size) and the
+co-moment of the counted rows (hidden size²), float64, so memory does not grow with the
+rows; SS_w = S_T − SS_b with S_T the total scatter. SS_b⁺ drops eigenvalues below
+``cutoff`` × the largest (SS_b has rank at most C − 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.regression import DEFAULT_CUTOFF, Moments
+from layerlaws.equilearning.statistics import OUTPUT, normalized, target_ids
+from layerlaws.forward.model_pass import text_rows
+from layerlaws.models.prepared import ModelFacts
+
+FUZZINESS_SCHEMA = {
+    "layer": pl.Int64,
+    "norm": pl.String,
+    "fuzziness": pl.Float64,
+    "n_classes": pl.Int64,
+    "n_rows": pl.Int64,
+}
+
+
+def fuzziness_classes(
+    tokens: pl.DataFrame, min_rows: int, max_classes: int, target_offset: int = 1
+) -> np.ndarray:
+    """The classes counted: target ids (offset ``target_offset``) of at least ``min_rows``
+    rows of ``tokens`` (a tokens table), the ``max_classes`` most frequent, sorted by id."""
+    ids, defined = target_ids(text_rows(tokens), [target_offset])
+    counts = np.bincount(ids[defined[:, 0], 0])
+    frequent = np.flatnonzero(counts >= min_rows)
+    chosen = frequent[np.argsort(-counts[frequent], kind="stable")[:max_classes]]
+    return np.sort(chosen)
+
+
+def fuzziness(
+    total: Moments, sums: torch.Tensor, counts: torch.Tensor, cutoff: float = DEFAULT_CUTOFF
+) -> float:
+    """D = Tr(SS_w SS_b⁺) from the moments of the counted rows, their per-class sums
+    (C, p) and counts (C,). Float64, on the CPU."""
+    n = total.n
+    kept = counts > 0
+    class_counts = counts[kept].to("cpu", torch.float64)
+    means = sums[kept].to("cpu", torch.float64) / class_counts[:, None]
+    deviations = means - total.mean.to("cpu")
+    between = (deviations * class_counts[:, None]).T @ deviations / n
+    within = total.comoment.to("cpu") / n - between
+    values, vectors = torch.linalg.eigh(between)
+    keep = values > cutoff * values.max()
+    inverse = (vectors[:, keep] / values[keep]) @ vectors[:, keep].T
+    return float(torch.trace(within @ inverse))
+
+
+class SeparationFuzziness:
+    """An observer of ``run_forward_pass``: the statistics of separation fuzziness of
+    every layer × norm (layer L once, as the model outputs it)."""
+
+    def __init__(
+        self,
+        facts: ModelFacts,
+        norms: Sequence[str],
+        classes: np.ndarray,
+        target_offset: int = 1,
+    ) -> None:
+        if len(classes) < 2:
+            raise LayerlawsError(
+                f"separation fuzziness needs at least two next-token classes with enough rows, "
+                f"found {len(classes)}; lower equilearning.fuzziness.min_rows or sample more "
+                f"texts"
+            )
+        self.facts, self.norms, self.target_offset = facts, list(norms), target_offset
+        self.classes = np.asarray(classes, dtype=np.int64)
+        self.total: dict[tuple[int, str], Moments] = {}
+        self.sums: dict[tuple[int, str], torch.Tensor] = {}
+        self.counts: dict[tuple[int, str], torch.Tensor] = {}
+        self._rows = torch.empty(0, dtype=torch.long)
+        self._labels = torch.empty(0, dtype=torch.long)
+
+    def begin_batch(self, batch: Any) -> None:
+        """The batch's rows whose next token is a counted class, and their class index."""
+        ids, defined = target_ids(batch.rows, [self.target_offset])
+        position = np.searchsorted(self.classes, ids[:, 0])
+        position = np.minimum(position, len(self.classes) - 1)
+        counted = defined[:, 0] & (self.classes[position] == ids[:, 0])
+        self._rows = torch.from_numpy(np.flatnonzero(counted))
+        self._labels = torch.from_numpy(position[counted])
+
+    def _norms_of(self, layer: int) -> list[str]:
+        return self.norms if layer < self.facts.num_layers else [OUTPUT]
+
+    def observe(self, layer: int, states: torch.Tensor) -> None:
+        """Merge the counted rows of one batch of ``layer``; everything is computed before
+        anything is merged, so an out-of-memory error changes nothing."""
+        device = states.device
+        rows, labels = self._rows.to(device), self._labels.to(device)
+        features = states[rows].to(torch.float64)
+        prepared = []
+        for norm in self._norms_of(layer):
+            transformed = normalized(features, norm, self.facts)
+            sums = torch.zeros(
+                len(self.classes), features.shape[1], dtype=torch.float64, device=device
+            )
+            sums.index_add_(0, labels, transformed)
+            counts = torch.bincount(labels, minlength=len(self.classes))
+            prepared.append((norm, Moments.of_rows(transformed), sums, counts))
+        for norm, moments, sums, counts in prepared:
+            key = (layer, norm)
+            if key not in self.total:
+                self.total[key] = Moments.empty(features.shape[1], device)
+                self.sums[key] = torch.zeros_like(sums)
+                self.counts[key] = torch.zeros_like(counts)
+            self.total[key].merge_(moments)
+            self.sums[key] += sums
+            self.counts[key] += counts
+
+    def table(self, cutoff: float = DEFAULT_CUTOFF) -> pl.DataFrame:
+        """``layer`` (0…L), ``norm``, ``fuzziness``, ``n_classes``, ``n_rows``; layer L
+        under every norm."""
+        records = []
+        for layer in range(self.facts.num_layers + 1):
+            for norm in self.norms:
+                key = (layer, norm if layer < self.facts.num_layers else OUTPUT)
+                counts = self.counts[key]
+                records.append(
+                    {
+                        "layer": layer,
+                        "norm": norm,
+                        "fuzziness": fuzziness(self.total[key], self.sums[key], counts, cutoff),
+                        "n_classes": int((counts > 0).sum()),
+                        "n_rows": self.total[key].n,
+                    }
+                )
+        return pl.DataFrame(records, schema=FUZZINESS_SCHEMA)

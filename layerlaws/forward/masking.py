@@ -1,0 +1,87 @@
+"""Masked-LM probing (He & Su, Fig. 7): the inputs of an encoder's own task.
+
+Each text token is chosen with probability ``rate`` (15 % as in BERT), independently; a
+chosen token is replaced by the mask token with probability 0.8, by a token drawn
+uniformly from the vocabulary with probability 0.1, and kept with probability 0.1. The
+model reads the replaced ids (``input_id``); the regression rows are the chosen positions
+only (``is_target``), and their targets are read from the original ids (``token_id``), so
+target offset 0 is the masked-LM task itself. Draws come from one NumPy generator seeded
+by ``seed``, over the table in (sentence, position) order: the same table and seed give
+the same masks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.forward.model_pass import observed_tokens
+from layerlaws.models.architectures import ARCHITECTURES
+
+REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1
+
+
+def mask_tokens(
+    tokens: pl.DataFrame, vocab_size: int, mask_token_id: int | None, rate: float, seed: int
+) -> pl.DataFrame:
+    """``tokens`` (a tokens table) sorted by sentence and position, with ``input_id``
+    (int64, what the model reads) and ``is_target`` (bool, a chosen text token)."""
+    if mask_token_id is None:
+        raise LayerlawsError(
+            "masked-LM probing needs a mask token, and this model's tokenizer has none; "
+            "probe it with probe: next_token"
+        )
+    ordered = tokens.sort(["sentence_id", "position"])
+    rng = np.random.default_rng(seed)
+    count = ordered.height
+    text = ~ordered["is_special"].to_numpy()
+    chosen = text & (rng.random(count) < rate)
+    draw = rng.random(count)
+    random_ids = rng.integers(0, vocab_size, count)
+    original = ordered["token_id"].to_numpy()
+    input_ids = np.where(
+        chosen & (draw < REPLACE_WITH_MASK),
+        mask_token_id,
+        np.where(chosen & (draw < REPLACE_WITH_MASK + REPLACE_WITH_RANDOM), random_ids, original),
+    )
+    return ordered.with_columns(
+        input_id=pl.Series(input_ids, dtype=pl.Int64), is_target=pl.Series(chosen)
+    )
+
+
+TARGET_OFFSETS = {"next_token": 1, "masked_lm": 0}
+"""The target offset of each probe's own task: the next token, or the masked token."""
+
+
+def probe_of(configured: str, model_type: str) -> str:
+    """The probing task of a model: ``auto`` is the family's own objective (``masked_lm``
+    for encoders, ``next_token`` otherwise); masked-LM probing needs an encoder."""
+    masked = ARCHITECTURES[model_type].objective == "masked"
+    if configured == "auto":
+        return "masked_lm" if masked else "next_token"
+    if configured == "masked_lm" and not masked:
+        raise LayerlawsError(
+            f"probe: masked_lm needs a masked-LM encoder (BERT, RoBERTa); a {model_type!r} "
+            f"model is causal: probe it with next_token"
+        )
+    return configured
+
+
+def probe_tokens(
+    tokens: pl.DataFrame,
+    probe: str,
+    vocab_size: int,
+    mask_token_id: int | None,
+    masking: dict[str, float | int],
+    special_tokens: str = "exclude",
+) -> pl.DataFrame:
+    """The tokens table as a probe's pass reads it: special tokens observed or not
+    (``forward_pass.observed_tokens``), then unchanged for ``next_token``, masked
+    (``mask_tokens`` with ``masking``'s ``rate`` and ``seed``) for ``masked_lm``."""
+    tokens = observed_tokens(tokens, special_tokens)
+    if probe == "next_token":
+        return tokens
+    return mask_tokens(
+        tokens, vocab_size, mask_token_id, float(masking["rate"]), int(masking["seed"])
+    )

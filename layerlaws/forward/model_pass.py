@@ -1,0 +1,343 @@
+"""One forward pass of a model over a tokens table, feeding every layer's states of the
+text tokens to observers (statistics, a hidden-state writer) while the model runs.
+
+Sequences are batched by similar length and padded on the right; padded positions are
+masked in attention and never observed (right padding leaves a causal model's real
+positions unchanged). Special tokens (BOS, EOS) are never observed either. For each batch
+every observer first gets ``begin_batch`` (which rows follow), then ``observe(layer,
+states)`` for layers 0..L in order, with ``states`` (n_text_tokens, hidden_size) in the
+compute dtype on the device that layer runs on (``layerlaws.models.blocks.layer_states`` says
+where each layer is taken). Logit observers get ``begin_batch`` too, then
+``observe_logits(logits)`` with the model's output logits of the same rows
+(n_text_tokens, vocab_size), after layer L.
+
+A batch that runs out of device memory is split in halves and retried, recursively.
+Layers are observed atomically: an observer's ``observe`` either completes or leaves no
+trace, so the halves resume at the first layer not yet observed for the whole batch and
+nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.forward.batching import CPU_BATCH_SIZE
+from layerlaws.models.blocks import layer_states
+from layerlaws.models.prepared import ModelFacts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One tokenised sentence: its ids (T,) int64, which positions are special (T,) bool,
+    the ids the model reads (T,) int64 (the same ids, or masked ones), and which rows have
+    targets (T,) bool (every row, or the masked positions)."""
+
+    sentence_id: int
+    token_ids: np.ndarray
+    is_special: np.ndarray
+    input_ids: np.ndarray
+    is_target: np.ndarray
+
+
+def sequences_of(tokens: pl.DataFrame) -> list[TokenSequence]:
+    """Split a tokens table into sequences, in order of first appearance. A masked table
+    (``layerlaws.forward.masking``) brings its ``input_id`` and ``is_target`` columns."""
+    ordered = tokens.sort(["sentence_id", "position"], maintain_order=True)
+    if "input_id" not in ordered.columns:
+        ordered = ordered.with_columns(input_id=pl.col("token_id"), is_target=pl.lit(True))
+    return [
+        TokenSequence(
+            int(key[0]),
+            part["token_id"].to_numpy(),
+            part["is_special"].to_numpy(),
+            part["input_id"].to_numpy(),
+            part["is_target"].to_numpy(),
+        )
+        for key, part in ordered.group_by("sentence_id", maintain_order=True)
+    ]
+
+
+def observed_tokens(tokens: pl.DataFrame, special_tokens: str) -> pl.DataFrame:
+    """The tokens table as the pass observes it: ``exclude`` keeps special tokens out of
+    the rows (inputs and targets), ``include`` observes every position (He & Su's
+    1 ≤ t ≤ T−1, BOS and EOS included) by marking none special."""
+    if special_tokens == "include":
+        return tokens.with_columns(is_special=pl.lit(False))
+    return tokens
+
+
+def first_rows(sequences: Sequence[TokenSequence]) -> np.ndarray:
+    """(len(sequences) + 1,) int64: where each sequence's observed rows start among those
+    of all sequences (the last entry is the number of rows)."""
+    counts = [int((~sequence.is_special).sum()) for sequence in sequences]
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def text_rows(tokens: pl.DataFrame) -> pl.DataFrame:
+    """The observed rows of a tokens table in row order (by sequence, then position):
+    ``sentence_id``, ``position``, ``token_id`` of its text tokens, and ``is_target`` for
+    a masked table."""
+    columns = ["sentence_id", "position", "token_id"]
+    return (
+        tokens.filter(~pl.col("is_special"))
+        .sort(["sentence_id", "position"], maintain_order=True)
+        .select(*columns, *(["is_target"] if "is_target" in tokens.columns else []))
+    )
+
+
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices of sequences grouped into batches of similar length (longest first)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def automatic_batch_size(facts: ModelFacts, longest: int, device: str, dtype_bytes: int) -> int:
+    """Sequences per batch that should fit in half the device's free memory.
+
+    Counts working space of roughly L + 25 hidden-size vectors per token (MLP, attention,
+    norms, the states observed). The estimate is rough on purpose: an out-of-memory batch
+    is split and retried.
+    """
+    if not device.startswith("cuda"):
+        return CPU_BATCH_SIZE
+    free_bytes, _ = torch.cuda.mem_get_info(torch.device(device))
+    per_sequence = longest * (facts.num_layers + 1 + 24) * facts.hidden_size * dtype_bytes
+    return int(max(1, min(512, free_bytes // 2 // per_sequence)))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch as the model sees it, and where its text tokens are."""
+
+    input_ids: torch.Tensor
+    """(B, W) int64, sequences padded on the right."""
+    attention_mask: torch.Tensor
+    """(B, W) int64, 1 on real positions."""
+    rows: pl.DataFrame
+    """``sentence_id``, ``position``, ``token_id``, ``is_target`` of the observed (text)
+    tokens, in the order of the observed states' rows."""
+    row_numbers: np.ndarray
+    """(n_text,) int64: each observed token's row in ``text_rows`` of the whole table."""
+    batch_index: torch.Tensor
+    """(n_text,) int64: the batch row of each observed token."""
+    position_index: torch.Tensor
+    """(n_text,) int64: its position."""
+
+    @classmethod
+    def of(
+        cls, sequences: Sequence[TokenSequence], indices: list[int], row_starts: np.ndarray
+    ) -> Batch:
+        """The batch of ``sequences[i]`` for i in ``indices``; ``row_starts[i]`` is the first
+        row of sequence i among the observed rows of the whole table."""
+        lengths = [len(sequences[i].token_ids) for i in indices]
+        width = max(lengths)
+        input_ids = torch.zeros((len(indices), width), dtype=torch.long)
+        attention = torch.zeros((len(indices), width), dtype=torch.long)
+        batch_index, position_index, row_numbers, frames = [], [], [], []
+        for row, (i, length) in enumerate(zip(indices, lengths, strict=True)):
+            sequence = sequences[i]
+            input_ids[row, :length] = torch.tensor(sequence.input_ids)
+            attention[row, :length] = 1
+            positions = np.flatnonzero(~sequence.is_special)
+            batch_index.append(np.full(len(positions), row))
+            position_index.append(positions)
+            row_numbers.append(row_starts[i] + np.arange(len(positions)))
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "sentence_id": np.full(
+                            len(positions), sequence.sentence_id, dtype=np.int64
+                        ),
+                        "position": positions.astype(np.int32),
+                        "token_id": sequence.token_ids[positions],
+                        "is_target": sequence.is_target[positions],
+                    }
+                )
+            )
+        return cls(
+            input_ids,
+            attention,
+            pl.concat(frames),
+            np.concatenate(row_numbers).astype(np.int64),
+            torch.from_numpy(np.concatenate(batch_index)).long(),
+            torch.from_numpy(np.concatenate(position_index)).long(),
+        )
+
+
+class Observer(Protocol):
+    """Receives the states of a forward pass."""
+
+    def begin_batch(self, batch: Batch) -> None:
+        """The rows the next ``observe`` calls hold, in order."""
+
+    def observe(self, layer: int, states: torch.Tensor) -> None:
+        """States of layer ``layer`` (n_text, hidden_size) of the current batch; must
+        either complete or change nothing (it may be called again after an out-of-memory
+        error)."""
+
+
+class LogitObserver(Protocol):
+    """Receives the output logits of a forward pass."""
+
+    def begin_batch(self, batch: Batch) -> None:
+        """The rows the next ``observe_logits`` call holds, in order."""
+
+    def observe_logits(self, logits: torch.Tensor) -> None:
+        """Logits (n_text, vocab_size) of the current batch's rows; must either complete
+        or change nothing."""
+
+
+class BatchOutOfMemory(Exception):
+    """A batch ran out of device memory after layers < ``next_layer`` were observed."""
+
+    def __init__(self, next_layer: int) -> None:
+        super().__init__(f"out of memory before layer {next_layer} was observed")
+        self.next_layer = next_layer
+
+
+def run_splitting_on_oom(
+    process: Callable[[list[int], int], None], batch: list[int], device: str, first_layer: int = 0
+) -> int:
+    """``process(batch, first_layer)``; when the device runs out of memory, process its two
+    halves instead (recursively), from the first layer not yet observed. Returns how many
+    times a batch was split; a single sequence that does not fit is a LayerlawsError."""
+    try:
+        process(batch, first_layer)
+        return 0
+    except BatchOutOfMemory as error:
+        next_layer = error.next_layer
+        if len(batch) == 1:
+            raise LayerlawsError(
+                f"one sequence does not fit in the memory of {device}; lower the dataset's "
+                f"max_tokens, run the model in bfloat16 (models.<key>.dtype), or give it "
+                f"more GPUs"
+            ) from None
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    half = len(batch) // 2
+    log.warning(
+        "out of memory with %d sequences on %s at layer %d; retrying as %d + %d",
+        len(batch),
+        device,
+        next_layer,
+        half,
+        len(batch) - half,
+    )
+    return (
+        1
+        + run_splitting_on_oom(process, batch[:half], device, next_layer)
+        + run_splitting_on_oom(process, batch[half:], device, next_layer)
+    )
+
+
+@torch.inference_mode()
+def run_forward_pass(
+    model: Any,
+    facts: ModelFacts,
+    tokens: pl.DataFrame,
+    observers: Sequence[Observer],
+    batch_size: int | str,
+    device: str,
+    progress: bool = True,
+    logit_observers: Sequence[LogitObserver] = (),
+) -> dict[str, Any]:
+    """Run ``model`` over every sequence of ``tokens``, feeding ``observers`` the states of
+    every layer and ``logit_observers`` the output logits.
+
+    ``batch_size`` is a number of sequences or ``auto`` (see automatic_batch_size);
+    ``device`` is where the inputs go (the first layer's device). Returns a report: rows
+    observed, sequences, batch size, out-of-memory retries, seconds, tokens per second,
+    compute dtype and device.
+    """
+    sequences = sequences_of(tokens)
+    row_starts = first_rows(sequences)
+    n_rows = int(row_starts[-1])
+    if n_rows == 0:
+        raise LayerlawsError("the tokens table holds no text tokens; nothing to measure")
+    lengths = [len(s.token_ids) for s in sequences]
+    compute_dtype = next(model.parameters()).dtype
+    if batch_size == "auto":
+        batch_size = automatic_batch_size(facts, max(lengths), device, compute_dtype.itemsize)
+        log.info("batch size %d (auto, %s)", batch_size, device)
+    last_layer = facts.num_layers
+    # The logits are observed as one more layer, L + 1, so a split batch resumes there.
+    observed_layers = last_layer + (2 if logit_observers else 1)
+
+    def process(indices: list[int], first_layer: int) -> None:
+        batch = Batch.of(sequences, indices, row_starts)
+        for observer in [*observers, *logit_observers]:
+            observer.begin_batch(batch)
+        observed = [first_layer]
+
+        def record(layer: int, state: torch.Tensor) -> None:
+            if layer < first_layer:
+                return
+            if state.shape[:2] != batch.input_ids.shape:
+                raise LayerlawsError(
+                    f"layer {layer} of this {facts.model_type!r} model has shape "
+                    f"{tuple(state.shape)}, expected {tuple(batch.input_ids.shape)} + (…)"
+                )
+            where = state.device
+            text = state[batch.batch_index.to(where), batch.position_index.to(where)]
+            for observer in observers:
+                observer.observe(layer, text)
+            observed[0] = layer + 1
+
+        out_of_memory = False
+        try:
+            with layer_states(model, record):
+                outputs = model(
+                    input_ids=batch.input_ids.to(device),
+                    attention_mask=batch.attention_mask.to(device),
+                    use_cache=False,
+                )
+            if logit_observers:
+                where = outputs.logits.device
+                logits = outputs.logits[batch.batch_index.to(where), batch.position_index.to(where)]
+                del outputs
+                for logit_observer in logit_observers:
+                    logit_observer.observe_logits(logits)
+                observed[0] = last_layer + 2
+        except torch.OutOfMemoryError:
+            out_of_memory = True
+        # Raised outside the handler: the frames holding the batch's tensors are released.
+        if out_of_memory:
+            raise BatchOutOfMemory(observed[0])
+        if observed[0] != observed_layers:
+            raise LayerlawsError(
+                f"the forward pass observed layers {first_layer}..{observed[0] - 1}, "
+                f"expected ..{observed_layers - 1}"
+            )
+
+    batches = length_sorted_batches(lengths, int(batch_size))
+    started = time.perf_counter()
+    n_tokens = retries = 0
+    bar = tqdm(batches, desc="forward pass", unit="batch", disable=not progress, mininterval=5)
+    for indices in bar:
+        retries += run_splitting_on_oom(process, indices, device)
+        n_tokens += sum(lengths[i] for i in indices)
+        bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
+    seconds = time.perf_counter() - started
+    return {
+        "n_rows": n_rows,
+        "n_sequences": len(sequences),
+        "n_tokens": n_tokens,
+        "compute_dtype": str(compute_dtype).removeprefix("torch."),
+        "device": device,
+        "batch_size": batch_size,
+        "out_of_memory_retries": retries,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
+    }

@@ -1,0 +1,3 @@
+"""Models: the architecture table, preparation and facts, loading and placement, devices,
+residual blocks.
+"""

@@ -1,0 +1,256 @@
+"""The architecture table: the one place where a model family is described.
+
+Every stage finds a model's parts through its row: the residual blocks, the token
+embeddings, the final norm and the LM head. Per-layer states are taken with forward hooks
+at these places, never from a family's ``output_hidden_states`` convention:
+
+- layer 0 is what the first block receives (the embeddings as the model scales, adds
+  positions to and normalises them);
+- layer l (1 ≤ l < L) is what block l + 1 receives (the output of block l, after anything
+  the model does between blocks, such as RWKV's rescaling);
+- layer L is what the LM head receives (after the final norm, if the model has one); for
+  encoders, whose masked-LM head transforms the stream (dense, activation, norm) before
+  W_U, what that head receives: the last block's output.
+
+Facts that can be read from the model itself are read, not stored here: the norm's type
+(from its class) and epsilon (from the module), the number of blocks, the hidden size,
+whether the embeddings are tied. A block's residual branch is built the same way for
+every family (``layerlaws.models.blocks``): the block called with the arguments it received in a
+forward pass, its first output minus its input.
+
+Adding a family is adding one row; a family not in the table is rejected before anything
+is measured, with a message saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import torch
+
+from layerlaws.core.errors import LayerlawsError
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Where a family keeps its parts, and what cannot be read from them."""
+
+    blocks: str
+    """Attribute path of the list of residual blocks, first to last."""
+    embeddings: str
+    """Attribute path of the token embedding module (W_E)."""
+    final_norm: str | None
+    """Attribute path of the norm between the last block and the LM head; None when the
+    model has none (post-LN GPT-1, whose blocks end with a norm)."""
+    lm_head: str = "lm_head"
+    """Attribute path of the LM head (W_U); its input is layer L."""
+    post_ln: bool = False
+    """Each block normalises the residual stream it outputs (GPT-1, BERT); otherwise the
+    stream between blocks is raw (pre-LN, nearly all models)."""
+    head_input: str | None = None
+    """Attribute path of the module whose input is layer L when the LM head reads a
+    transformed stream (an encoder's masked-LM head); None: the LM head itself."""
+    objective: str = "causal"
+    """``causal`` (loaded as AutoModelForCausalLM) or ``masked`` (an encoder trained on
+    masked-LM, loaded as AutoModelForMaskedLM)."""
+    norm_eps: float | None = None
+    """The norms' epsilon, for families whose norm module does not store it."""
+    requires: Mapping[str, Any] = field(default_factory=dict)
+    """Config values the row assumes; a model configured otherwise is rejected."""
+
+
+def _decoder(final_norm: str = "model.norm", **facts: Any) -> Architecture:
+    """A row for the common ``model.layers`` / ``model.embed_tokens`` layout."""
+    return Architecture("model.layers", "model.embed_tokens", final_norm, **facts)
+
+
+_GPT2 = Architecture("transformer.h", "transformer.wte", "transformer.ln_f")
+_BLOOM = Architecture("transformer.h", "transformer.word_embeddings", "transformer.ln_f")
+_MAMBA = Architecture("backbone.layers", "backbone.embeddings", "backbone.norm_f")
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "gpt2": _GPT2,
+    "openai-gpt": Architecture("transformer.h", "transformer.tokens_embed", None, post_ln=True),
+    "gpt_neo": _GPT2,
+    "gptj": _GPT2,
+    "codegen": _GPT2,
+    "gpt_bigcode": _GPT2,
+    "gpt_neox": Architecture("gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm"),
+    "opt": Architecture(
+        "model.decoder.layers",
+        "model.decoder.embed_tokens",
+        "model.decoder.final_layer_norm",
+        # Post-LN OPT (opt-350m) also projects its embeddings in and out of the stream.
+        requires={"do_layer_norm_before": True},
+    ),
+    "bloom": Architecture(
+        "transformer.h",
+        "transformer.word_embeddings",
+        "transformer.ln_f",
+        requires={"apply_residual_connection_post_layernorm": False},
+    ),
+    "falcon": _BLOOM,
+    "mpt": Architecture("transformer.blocks", "transformer.wte", "transformer.norm_f"),
+    "xglm": _decoder("model.layer_norm"),
+    "phi": _decoder("model.final_layernorm"),
+    "jamba": _decoder("model.final_layernorm"),
+    "recurrent_gemma": _decoder("model.final_norm"),
+    "olmo": _decoder(norm_eps=1e-5),  # OlmoLayerNorm has eps=1e-5 built into its forward
+    **{
+        family: _decoder()
+        for family in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "phi3",
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+            "olmo2",
+            "stablelm",
+            "starcoder2",
+            "cohere",
+            "granite",
+            "smollm3",
+        )
+    },
+    "mamba": _MAMBA,
+    "mamba2": _MAMBA,
+    "falcon_mamba": _MAMBA,
+    "rwkv": Architecture("rwkv.blocks", "rwkv.embeddings", "rwkv.ln_out", lm_head="head"),
+    "bert": Architecture(
+        "bert.encoder.layer",
+        "bert.embeddings.word_embeddings",
+        None,
+        lm_head="cls.predictions.decoder",
+        head_input="cls",
+        post_ln=True,
+        objective="masked",
+        requires={"is_decoder": False},
+    ),
+    "roberta": Architecture(
+        "roberta.encoder.layer",
+        "roberta.embeddings.word_embeddings",
+        None,
+        lm_head="lm_head.decoder",
+        head_input="lm_head",
+        post_ln=True,
+        objective="masked",
+        requires={"is_decoder": False},
+    ),
+}
+
+
+def architecture_of(config: Any) -> Architecture:
+    """The row of ``config.model_type``; a LayerlawsError names an unknown family or a
+    configuration the row does not cover."""
+    family = config.model_type
+    if family not in ARCHITECTURES:
+        raise LayerlawsError(
+            f"model type {family!r} is not in the architecture table; layerlaws measures "
+            f"only families it knows where to find the blocks, embeddings and final norm of. "
+            f"Add a row to ARCHITECTURES in layerlaws/models/architectures.py (known: "
+            f"{', '.join(sorted(ARCHITECTURES))})"
+        )
+    architecture = ARCHITECTURES[family]
+    for key, expected in architecture.requires.items():
+        value = getattr(config, key, None)
+        if value != expected:
+            raise LayerlawsError(
+                f"model type {family!r} with {key}={value!r} is not supported: the "
+                f"architecture table's row assumes {key}={expected!r}"
+            )
+    return architecture
+
+
+def module_at(model: torch.nn.Module, path: str) -> Any:
+    """The submodule (or module list) at a dotted attribute path, or a LayerlawsError."""
+    try:
+        return attrgetter(path)(model)
+    except AttributeError:
+        raise LayerlawsError(
+            f"{type(model).__name__} has no module {path!r}, where the architecture table "
+            f"puts it for model type {model.config.model_type!r}; the row needs updating "
+            f"for this version of transformers"
+        ) from None
+
+
+def blocks_of(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's residual blocks, first to last."""
+    return list(module_at(model, architecture_of(model.config).blocks))
+
+
+def embeddings_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The token embedding module (W_E as its ``weight``, (vocab_size, hidden_size))."""
+    return module_at(model, architecture_of(model.config).embeddings)
+
+
+def lm_head_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The LM head (W_U as its ``weight``, (vocab_size, hidden_size))."""
+    return module_at(model, architecture_of(model.config).lm_head)
+
+
+def head_input_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose input is layer L: the LM head, or an encoder's masked-LM head."""
+    architecture = architecture_of(model.config)
+    return module_at(model, architecture.head_input or architecture.lm_head)
+
+
+def auto_class(model_type: str) -> Any:
+    """The transformers auto class a family is loaded with (causal or masked LM; causal
+    for a family not in the table, which is rejected once its config is read)."""
+    import transformers
+
+    row = ARCHITECTURES.get(model_type)
+    masked = row is not None and row.objective == "masked"
+    return transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
+
+
+NORM_TYPES = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}
+"""Norm type by what a norm module's class name contains."""
+EPS_ATTRIBUTES = ("eps", "variance_epsilon", "epsilon")
+
+
+def norm_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module that defines the model's norm: the final norm, or (for a model without
+    one) the first norm inside the first block."""
+    architecture = architecture_of(model.config)
+    if architecture.final_norm is not None:
+        return module_at(model, architecture.final_norm)
+    for module in blocks_of(model)[0].modules():
+        if any(name in type(module).__name__ for name in NORM_TYPES):
+            return module
+    raise LayerlawsError(f"found no norm module in the first block of {type(model).__name__}")
+
+
+def norm_facts(model: torch.nn.Module) -> tuple[str, float]:
+    """The model's norm type (``layernorm`` or ``rmsnorm``) and epsilon, read from its norm
+    module's class and attributes (the table's ``norm_eps`` where the module has none)."""
+    module = norm_module(model)
+    name = type(module).__name__
+    kinds = [kind for marker, kind in NORM_TYPES.items() if marker in name]
+    if isinstance(module, torch.nn.LayerNorm):
+        kinds = ["layernorm"]
+    if not kinds:
+        raise LayerlawsError(
+            f"cannot tell the norm type of {name} (model type {model.config.model_type!r}): "
+            f"its class name contains neither 'RMSNorm' nor 'LayerNorm'"
+        )
+    for attribute in EPS_ATTRIBUTES:
+        eps = getattr(module, attribute, None)
+        if isinstance(eps, int | float):
+            return kinds[0], float(eps)
+    eps = architecture_of(model.config).norm_eps
+    if eps is None:
+        raise LayerlawsError(
+            f"{name} stores no epsilon ({', '.join(EPS_ATTRIBUTES)}); give it as norm_eps in "
+            f"the architecture table's row for {model.config.model_type!r}"
+        )
+    return kinds[0], eps

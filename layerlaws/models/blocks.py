@@ -1,0 +1,127 @@
+"""Residual blocks of a model and the stream between them (SCIENCE.md §2 and §4).
+
+Hooks at the places the architecture table names give the residual stream of any family,
+whatever its ``output_hidden_states`` convention: ``layer_states`` for batches (hidden-state
+extraction), ``trace_blocks`` for one sequence together with each block's call, so that a
+block's residual branch x^l = x^{l-1} + f^l(X^{l-1}) can be re-run alone as a function of
+the stream (Jacobians). The branch is built the same way for every family: the block
+called with the other arguments it received, its first output minus its input. As in
+paper 004 (Eq. 7), the last block may include the model's final norm:
+F^L(X) = LN(X + f(X)), so that x^L is what the LM head reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from layerlaws.models.architectures import architecture_of, blocks_of, head_input_of, module_at
+
+
+def first_output(output: Any) -> torch.Tensor:
+    """The hidden states among a block's outputs (a tensor, or a tuple or list that starts
+    with it, as GPT-1's blocks return)."""
+    return output[0] if isinstance(output, tuple | list) else output
+
+
+def _split_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[torch.Tensor, tuple[Any, ...], dict[str, Any]]:
+    """A block's call as (the residual stream it receives, its other positional arguments,
+    its other keyword arguments): the stream is the first positional argument, or the
+    keyword ``hidden_states``."""
+    if args:
+        return args[0], args[1:], kwargs
+    rest = dict(kwargs)
+    return rest.pop("hidden_states"), (), rest
+
+
+@contextmanager
+def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
+    """While active, every forward pass calls ``record(layer, state)`` for layers 0..L in
+    order: ``state`` (batch, tokens, hidden_size) is what block ``layer`` + 1 receives for
+    layer < L, and what the LM head (an encoder's masked-LM head) receives for layer L."""
+    blocks = blocks_of(model)
+
+    def before_block(layer: int) -> Callable[..., None]:
+        return lambda _block, args, kwargs: record(layer, _split_call(args, kwargs)[0])
+
+    hooks = [
+        block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
+        for layer, block in enumerate(blocks)
+    ]
+    hooks.append(
+        head_input_of(model).register_forward_pre_hook(
+            lambda _head, args: record(len(blocks), args[0])
+        )
+    )
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+@dataclass
+class BlockCall:
+    """One block with the arguments it was called with, apart from the residual stream."""
+
+    block: torch.nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    final_norm: torch.nn.Module | None = None
+    """The model's final norm when this is the last block and it includes it."""
+
+    def output(self, stream: torch.Tensor) -> torch.Tensor:
+        """F^l(X): the block's output (after the final norm where it includes it)."""
+        output = first_output(self.block(stream, *self.args, **self.kwargs))
+        return output if self.final_norm is None else self.final_norm(output)
+
+    def branch(self, stream: torch.Tensor) -> torch.Tensor:
+        """f^l(X) = F^l(X) − X: the block's output minus its input; ``stream`` is (1, T, d),
+        on any device (a model spread over GPUs keeps each block on its own)."""
+        output = self.output(stream)
+        return output - stream.to(output.device)
+
+
+def final_norm_of(model: Any) -> torch.nn.Module | None:
+    """The norm between the last block and the LM head, or None (post-LN models)."""
+    path = architecture_of(model.config).final_norm
+    return None if path is None else module_at(model, path)
+
+
+@torch.no_grad()
+def trace_blocks(
+    model: Any, input_ids: torch.Tensor, final_norm: bool = True
+) -> tuple[list[BlockCall], torch.Tensor]:
+    """Run one sequence ``input_ids`` (1, T) and return every block's call and the
+    residual stream x^0 … x^L, shape (L + 1, T, d): x^{l-1} the input of block l, x^L the
+    output of the last block, after the model's final norm when ``final_norm`` (paper 004,
+    Eq. 7: the last block includes it) and the model has one, before it otherwise."""
+    blocks = blocks_of(model)
+    norm = final_norm_of(model) if final_norm else None
+    calls: dict[int, BlockCall] = {}
+    streams: list[torch.Tensor] = []
+
+    def before(block: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        stream, other_args, other_kwargs = _split_call(args, kwargs)
+        calls[id(block)] = BlockCall(block, other_args, other_kwargs)
+        streams.append(stream[0].detach().clone())
+
+    def after(_block: torch.nn.Module, _args: tuple, output: Any) -> None:
+        last = first_output(output)
+        streams.append((last if norm is None else norm(last))[0].detach().clone())
+
+    hooks = [block.register_forward_pre_hook(before, with_kwargs=True) for block in blocks]
+    hooks.append(blocks[-1].register_forward_hook(after))
+    try:
+        model(input_ids=input_ids, use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    calls[id(blocks[-1])].final_norm = norm
+    return [calls[id(block)] for block in blocks], torch.stack(streams)

@@ -1,0 +1,87 @@
+"""Where a model's weights go: one device, or its blocks spread over several GPUs.
+
+A model larger than one GPU is spread with a device map (loaded by accelerate): its blocks
+whole and in order, filling the devices one after the other, each within a budget. The
+plan is made on a skeleton of the model (its modules on the meta device, no weights), so a
+model that cannot fit the devices claimed stops with a message before anything is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.architectures import architecture_of, blocks_of
+
+WEIGHTS_SHARE = 0.7
+"""Share of a GPU's free memory its weights may take (the rest: activations, statistics)."""
+
+
+def device_budgets(devices: Sequence[str]) -> dict[str, int]:
+    """Bytes of weights each GPU may take: WEIGHTS_SHARE of its free memory."""
+    return {
+        device: int(torch.cuda.mem_get_info(torch.device(device))[0] * WEIGHTS_SHARE)
+        for device in devices
+    }
+
+
+def device_map(skeleton: Any, dtype: torch.dtype, budgets: Mapping[str, int]) -> dict[str, str]:
+    """Module name → device, for ``skeleton`` spread over the devices of ``budgets`` (bytes
+    of weights each, in order): the blocks whole and in order, about an equal share on each
+    device; everything else (embeddings, final norm, LM head) on the first device. A
+    LayerlawsError when they do not fit."""
+    devices, left = list(budgets), dict(budgets)
+    prefix = architecture_of(skeleton.config).blocks
+    blocks = [f"{prefix}.{index}" for index in range(len(blocks_of(skeleton)))]
+    sizes = dict.fromkeys(blocks, 0)
+    rest: dict[str, int] = {}
+    for name, tensor in [*skeleton.named_parameters(), *skeleton.named_buffers()]:
+        block = next((b for b in blocks if name.startswith(b + ".")), None)
+        module = block or name.rpartition(".")[0]
+        share = sizes if block else rest
+        share[module] = share.get(module, 0) + tensor.numel() * dtype.itemsize
+    left[devices[0]] -= sum(rest.values())
+    plan = dict.fromkeys(rest, devices[0])
+    # Balanced: a device takes blocks up to an equal share of them (its statistics and
+    # working memory follow its layers), within its budget.
+    share = (sum(sizes.values()) + sum(rest.values())) / len(devices) + max(sizes.values())
+    taken = dict.fromkeys(devices, 0) | {devices[0]: sum(rest.values())}
+    where = 0
+    for block in blocks:
+        while where < len(devices) and (
+            sizes[block] > left[devices[where]]
+            or (where < len(devices) - 1 and taken[devices[where]] + sizes[block] > share)
+        ):
+            where += 1
+        if where == len(devices) or left[devices[0]] < 0:
+            total = sum(budgets.values()) / 2**30
+            raise LayerlawsError(
+                f"the model does not fit the {len(devices)} device(s) claimed "
+                f"({', '.join(devices)}, {total:.1f} GiB for weights); give it more GPUs "
+                f"(models.<key>.gpus) or run it in bfloat16 (models.<key>.dtype)"
+            )
+        plan[block] = devices[where]
+        left[devices[where]] -= sizes[block]
+        taken[devices[where]] += sizes[block]
+    return plan
+
+
+def weights_bytes(skeleton: Any, dtype: torch.dtype) -> int:
+    """Bytes the weights of ``skeleton`` take in ``dtype``."""
+    return sum(parameter.numel() for parameter in skeleton.parameters()) * dtype.itemsize
+
+
+def check_fits(skeleton: Any, dtype: torch.dtype, device: str) -> None:
+    """A LayerlawsError, before loading, when the weights alone exceed a GPU's budget."""
+    if not device.startswith("cuda"):
+        return
+    needed, budget = weights_bytes(skeleton, dtype), device_budgets([device])[device]
+    if needed > budget:
+        raise LayerlawsError(
+            f"the model's weights take {needed / 2**30:.1f} GiB in {dtype}, more than "
+            f"{budget / 2**30:.1f} GiB of {device}; give it more GPUs (models.<key>.gpus) or "
+            f"run it in bfloat16 (models.<key>.dtype)"
+        )

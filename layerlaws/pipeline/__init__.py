@@ -1,0 +1,3 @@
+"""The workflow's layer (torch-free): config checks, expansion, the results layout, execution
+settings and job planning.
+"""

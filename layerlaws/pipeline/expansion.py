@@ -1,0 +1,210 @@
+"""Series of models (checkpoints, sizes, families) in a validated config, expanded into the
+models and runs the stages measure.
+
+- A model with ``revisions`` stands for one model per revision, keyed
+  ``<key>@<revision>`` (a hub model's checkpoints, written once).
+- A ``training.<key>`` stands for one model per checkpoint, keyed ``<key>@step<N>``,
+  whose weights the training stage writes.
+- ``series.<name>`` is an ordered list of such models with an x value each and what x
+  means; its datasets, prompts and signature corpus become runs of every member.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.training.plan import checkpoint_steps
+
+X_KINDS = ("step", "tokens", "parameters", "label")
+"""What a series' x means: a training step, tokens seen, parameters (read from each
+prepared model), or a label (the model key unless given)."""
+
+TRAINING_CORPUS = "training_corpus"
+"""``series.<name>.signatures``: each checkpoint's own training dataset."""
+
+STEP_REVISION = re.compile(r"^step(\d+)$")
+
+
+@dataclass(frozen=True)
+class SeriesMember:
+    """One model of a series and its x (None: read later, for ``parameters``)."""
+
+    model: str
+    x: float | str | None
+
+
+def checkpoint_key(training: str, step: int) -> str:
+    return f"{training}@step{step}"
+
+
+def revision_key(model: str, revision: str) -> str:
+    return f"{model}@{revision}"
+
+
+def expand_models(
+    config: Mapping[str, Any], checkpoint_path: Callable[[str, int], str]
+) -> dict[str, dict[str, Any]]:
+    """Every model the config measures: its models, one per revision of those with
+    ``revisions``, and one per checkpoint of every training (``checkpoint_path(training,
+    step)`` is where that checkpoint's weights will lie)."""
+    models: dict[str, dict[str, Any]] = {}
+    for key, settings in config["models"].items():
+        revisions = settings.get("revisions")
+        if not revisions:
+            models[key] = dict(settings)
+            continue
+        if settings["source"]["kind"] != "hub":
+            raise LayerlawsError(
+                f"config models.{key}.revisions: only a hub model has revisions (its source "
+                f"kind is {settings['source']['kind']!r})"
+            )
+        single = {name: value for name, value in settings.items() if name != "revisions"}
+        for revision in revisions:
+            models[revision_key(key, revision)] = {
+                **single,
+                "source": {**settings["source"], "revision": revision},
+            }
+    for key, training in config.get("training", {}).items():
+        if key in config["models"]:
+            raise LayerlawsError(
+                f"config training.{key}: a training may not share its name with a model"
+            )
+        tokens_per_step = training["batch_size"] * training["context"]
+        for step in checkpoint_steps(training["checkpoints"], training["steps"]):
+            models[checkpoint_key(key, step)] = {
+                "source": {
+                    "kind": "local",
+                    "path": checkpoint_path(key, step),
+                    "training": key,
+                    "step": step,
+                    "tokens_seen": step * tokens_per_step,
+                },
+                "init": "trained",
+                "init_seed": 0,
+                "trust_remote_code": False,
+                "dtype": "float32",
+                "gpus": 1,
+            }
+    return models
+
+
+def _group(config: Mapping[str, Any], models: Mapping[str, Any], name: str) -> list[str] | None:
+    """The models a series entry ``name`` stands for: a model's revisions or a training's
+    checkpoints, in order; None when it names neither."""
+    settings = config["models"].get(name, {})
+    if settings.get("revisions"):
+        return [revision_key(name, revision) for revision in settings["revisions"]]
+    if name in config.get("training", {}):
+        return [key for key, model in models.items() if model["source"].get("training") == name]
+    return None
+
+
+def _derived_x(kind: str, key: str, model: Mapping[str, Any]) -> float | str | None:
+    source = model["source"]
+    if kind == "label":
+        return key
+    if kind == "parameters":
+        return None
+    if "step" in source:
+        return source["step"] if kind == "step" else source["tokens_seen"]
+    match = STEP_REVISION.match(str(source.get("revision", "")))
+    if kind == "step" and match:
+        return int(match.group(1))
+    raise LayerlawsError(
+        f"no x for model {key!r}: x is {kind!r}, and {key!r} is neither a training "
+        f"checkpoint" + (" nor a revision named step<N>" if kind == "step" else "") + "; give "
+        f"it in the series as {{model: {key}, x: <number>}}"
+    )
+
+
+def series_members(
+    config: Mapping[str, Any], models: Mapping[str, Any], name: str
+) -> list[SeriesMember]:
+    """The members of ``series.<name>`` in order, with their x values."""
+    settings = config["series"][name]
+    kind = settings["x"]
+    members: list[SeriesMember] = []
+    for index, entry in enumerate(settings["models"]):
+        key, given = (entry, None) if isinstance(entry, str) else (entry["model"], entry.get("x"))
+        group = _group(config, models, key)
+        if group is None and key not in models:
+            raise LayerlawsError(
+                f"config series.{name}.models[{index}] names {key!r}, which is neither a model "
+                f"nor a training; known models: {sorted(config['models'])}, trainings: "
+                f"{sorted(config.get('training', {}))}"
+            )
+        if group is not None and given is not None:
+            raise LayerlawsError(
+                f"config series.{name}.models[{index}]: {key!r} stands for several models, so "
+                f"it cannot carry one x; list them one by one"
+            )
+        if given is not None and kind != "label" and isinstance(given, str):
+            raise LayerlawsError(
+                f"config series.{name}.models[{index}].x is {given!r}; x is {kind!r}, a number"
+            )
+        for member in group or [key]:
+            x = given if given is not None else _derived_x(kind, member, models[member])
+            members.append(SeriesMember(member, x))
+    return members
+
+
+@dataclass(frozen=True)
+class SeriesRuns:
+    """What a config's series add to its runs."""
+
+    equilearning: list[dict[str, str]]
+    coupling: list[dict[str, str]]
+    signatures: list[dict[str, str]]
+
+
+def series_runs(config: Mapping[str, Any], models: Mapping[str, Any]) -> SeriesRuns:
+    """The runs every series asks for: each member on the series' datasets, its prompts
+    and its signature corpus."""
+    runs = SeriesRuns([], [], [])
+    for name, settings in config.get("series", {}).items():
+        for member in series_members(config, models, name):
+            for dataset in settings["datasets"]:
+                runs.equilearning.append({"model": member.model, "dataset": dataset})
+            if settings["prompts"] is not None:
+                runs.coupling.append({"model": member.model, "prompts": settings["prompts"]})
+            corpus = signature_corpus(config, models, name, member.model)
+            if corpus is not None:
+                runs.signatures.append({"model": member.model, "dataset": corpus})
+    return runs
+
+
+def signature_corpus(
+    config: Mapping[str, Any], models: Mapping[str, Any], name: str, model: str
+) -> str | None:
+    """The corpus ``series.<name>`` compares ``model``'s embeddings with: its
+    ``signatures`` entry, a checkpoint's own training dataset for ``training_corpus``."""
+    corpus = config["series"][name]["signatures"]
+    if corpus != TRAINING_CORPUS:
+        return corpus
+    training = models[model]["source"].get("training")
+    if training is None:
+        raise LayerlawsError(
+            f"config series.{name}.signatures is {TRAINING_CORPUS!r}, but {model!r} is not a "
+            f"training checkpoint"
+        )
+    return config["training"][training]["dataset"]
+
+
+def tokenizer_owner(models: Mapping[str, Any], config: Mapping[str, Any], model: str) -> str:
+    """The model whose tokenizer ``model`` uses: a checkpoint's training tokenizer model,
+    else the model itself (whole corpora are tokenised and counted once per tokenizer)."""
+    training = models[model]["source"].get("training")
+    return model if training is None else config["training"][training]["tokenizer"]
+
+
+def initial_weights(models: Mapping[str, Any], model: str) -> str | None:
+    """The step-0 checkpoint of a training checkpoint (its initialisation), else None."""
+    source = models[model]["source"]
+    if "training" not in source:
+        return None
+    initial = checkpoint_key(source["training"], 0)
+    return initial if initial in models else None

@@ -1,0 +1,347 @@
+"""The needs of every model-running job of a validated config (``layerlaws.pipeline.resources``
+applied to its runs): as Snakemake resources when a job is scheduled (its prepared model
+and tokens exist then), and as a plan for the whole config before anything runs.
+
+A model's size comes from its prepared facts when they exist, else from its
+``models.<key>.size`` entry, else from its config (read without weights: a local folder,
+a GGUF file, or the hub). Before tokenisation a run's tokens are bounded by its dataset's
+``n_samples`` × ``max_tokens`` (or its ``token_budget``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.forward.batching import CPU_BATCH_SIZE
+from layerlaws.pipeline.execution import Execution
+from layerlaws.pipeline.resources import (
+    DTYPE_BYTES,
+    HOST_BASE_MB,
+    ModelSize,
+    Needs,
+    equilearning_pass_needs,
+    hidden_states_bytes,
+    model_pass_needs,
+    training_needs,
+)
+from layerlaws.text.corpus import prompt_datasets
+from layerlaws.training.plan import TrainingSpec, parameter_count
+
+GUESSED_VOCABULARY = 50_000
+"""Vocabulary planned for a training whose tokenizer model is not yet prepared."""
+ASSUMED_TEXTS = 10_000
+"""Texts planned for a dataset of ``n_samples: all`` before it is sampled."""
+
+
+def prepared_size(folder: str | Path) -> ModelSize:
+    """The size of a prepared model, from its ``layerlaws_model.json``."""
+    return ModelSize.of(json.loads((Path(folder) / "layerlaws_model.json").read_text()))
+
+
+def token_counts(path: str | Path) -> tuple[int, int]:
+    """(tokens, longest sequence) of a tokens table."""
+    lengths = pl.scan_parquet(path).group_by("sentence_id").len().collect()["len"]
+    return int(lengths.sum()), int(lengths.max())
+
+
+def config_size(model_config: Mapping[str, Any]) -> ModelSize:
+    """The size of a configured model from its config alone (no weights are read)."""
+    from layerlaws.models.architectures import blocks_of
+    from layerlaws.models.prepared import skeleton_of, source_config
+
+    skeleton = skeleton_of(
+        source_config(model_config), model_config.get("trust_remote_code", False)
+    )
+    embeddings = skeleton.get_input_embeddings().weight
+    return ModelSize(
+        sum(parameter.numel() for parameter in skeleton.parameters()),
+        len(blocks_of(skeleton)),
+        int(embeddings.shape[1]),
+        int(embeddings.shape[0]),
+    )
+
+
+class JobPlanner:
+    """Needs of the model-running jobs of one validated config."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        self.execution = Execution.from_config(config)
+
+    def _model(self, key: str) -> Mapping[str, Any]:
+        return self.config["models"][key]
+
+    def _batch_tokens(self, longest: int) -> int:
+        batch = self.execution.batch_size
+        return (CPU_BATCH_SIZE if batch == "auto" else int(batch)) * longest
+
+    def _on_gpu(self) -> bool:
+        return self.execution.device != "cpu"
+
+    def _pass(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
+        settings = self.config["equilearning"]
+        return equilearning_pass_needs(
+            size,
+            self._model(model)["dtype"],
+            tokens,
+            self._batch_tokens(longest),
+            settings["offsets"],
+            settings["norms"],
+            settings["controls"],
+            self._on_gpu(),
+            self._model(model)["gpus"],
+            self.execution.gpu_memory_gb,
+            fuzziness_classes=settings["fuzziness"]["max_classes"],
+        )
+
+    def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
+        dtype = self._model(model)["dtype"]
+        stored = dtype if self.config["hidden_states"]["dtype"] == "compute" else "float32"
+        return model_pass_needs(
+            size,
+            dtype,
+            tokens,
+            self._batch_tokens(longest),
+            self._on_gpu(),
+            self._model(model)["gpus"],
+            self.execution.gpu_memory_gb,
+            output_bytes=hidden_states_bytes(size, tokens, DTYPE_BYTES[stored]),
+        )
+
+    def _coupling(self, model: str, size: ModelSize, prompts: str) -> Needs:
+        """Two copies of the model (trained and random) and the Jacobians of one prompt:
+        the last token's of every layer and three per token at each token layer."""
+        prompt_set = self.config["coupling"]["prompts"][prompts]
+        length = prompt_set["max_tokens"]
+        count = len(prompt_set["texts"]) + prompt_set["n_from_dataset"] * len(
+            prompt_datasets(prompt_set)
+        )
+        dtype = self._model(model)["dtype"]
+        configured = self.config["coupling"]["token_layers"]
+        layers = (
+            len(
+                {
+                    layer
+                    for entry in configured
+                    for layer in (entry if isinstance(entry, list) else [entry])
+                }
+            )
+            or 1
+        )
+        jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size**2 * 4
+        # A Jacobian costs about hidden_size backward passes: count it as that many tokens.
+        return model_pass_needs(
+            size,
+            dtype,
+            count * length * size.hidden_size,
+            length,
+            self._on_gpu(),
+            self._model(model)["gpus"],
+            self.execution.gpu_memory_gb,
+            device_bytes=size.parameters * DTYPE_BYTES[dtype] + jacobians,
+            output_bytes=count * (size.num_layers + 1) * length * size.hidden_size * 8,
+        )
+
+    # Resource functions of the rules, called with the job's wildcards and input files. Snakemake
+    # may ask before the inputs exist (to print a dry run); then the size is the config's
+    # ``size`` entry and the tokens the dataset's bound, and it asks again once they exist.
+
+    def _known_size(self, model: str, folder: str | Path) -> ModelSize | None:
+        if (Path(folder) / "layerlaws_model.json").is_file():
+            return prepared_size(folder)
+        return ModelSize.of(self._model(model)["size"]) if "size" in self._model(model) else None
+
+    def _known_tokens(self, dataset: str, path: str | Path) -> tuple[int, int]:
+        return token_counts(path) if Path(path).is_file() else self.token_bound(dataset)
+
+    def _placeholder(self, model: str) -> Needs:
+        gpus = self._model(model)["gpus"]
+        return Needs(int(gpus) if gpus != "auto" else 1, 0, HOST_BASE_MB, 1, 10)
+
+    def _run_needs(self, wildcards: Any, input: Any, job: Any) -> Needs:
+        """``job(model, size, tokens, longest)`` for a model × dataset run."""
+        size = self._known_size(wildcards.model, input.model)
+        if size is None:
+            return self._placeholder(wildcards.model)
+        return job(wildcards.model, size, *self._known_tokens(wildcards.dataset, input.tokens))
+
+    def equilearning_pass(self, wildcards: Any, input: Any) -> Needs:
+        return self._run_needs(wildcards, input, self._pass)
+
+    def extract_hidden(self, wildcards: Any, input: Any) -> Needs:
+        return self._run_needs(wildcards, input, self._hidden)
+
+    def measure_coupling(self, wildcards: Any, input: Any) -> Needs:
+        size = self._known_size(wildcards.model, input.model)
+        if size is None:
+            return self._placeholder(wildcards.model)
+        return self._coupling(wildcards.model, size, wildcards.prompts)
+
+    def train_model(self, wildcards: Any, input: Any) -> Needs:
+        """Training from scratch: the vocabulary is the tokenizer model's (a guess of
+        50,000 until it is prepared)."""
+        spec = TrainingSpec.of(self.config["training"][wildcards.training])
+        owner = self.config["training"][wildcards.training]["tokenizer"]
+        size = self._known_size(owner, input.tokenizer)
+        vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
+        return self._training(spec, vocab_size)
+
+    def _training(self, spec: TrainingSpec, vocab_size: int) -> Needs:
+        """Needs of a training with a vocabulary of ``vocab_size``."""
+        return training_needs(
+            parameter_count(spec, vocab_size),
+            vocab_size,
+            spec.batch_size * spec.context,
+            spec.steps,
+            len(spec.checkpoints),
+            self._on_gpu(),
+        )
+
+    # A plan of the whole config, before anything runs.
+
+    def size(self, model: str, results: Path) -> tuple[ModelSize, str]:
+        """A model's size and where it was read from."""
+        prepared = results / "models" / model
+        if (prepared / "layerlaws_model.json").is_file():
+            return prepared_size(prepared), "prepared model"
+        if "size" in self._model(model):
+            return ModelSize.of(self._model(model)["size"]), "config size"
+        training = self._model(model)["source"].get("training")
+        if training is not None:
+            return self._trained_size(training, results), "training settings"
+        try:
+            return config_size(self._model(model)), "model config"
+        except LayerlawsError as error:
+            raise LayerlawsError(
+                f"cannot size model {model!r} before it is prepared: {error}. Give its size in "
+                f"the config (models.{model}.size: parameters, num_layers, hidden_size, "
+                f"vocab_size) to plan offline"
+            ) from error
+
+    def _trained_size(self, training: str, results: Path) -> ModelSize:
+        """The size of a training's checkpoints, from its settings and its tokenizer
+        model's vocabulary."""
+        settings = self.config["training"][training]
+        spec = TrainingSpec.of(settings)
+        vocab_size = self.size(settings["tokenizer"], results)[0].vocab_size
+        return ModelSize(
+            parameter_count(spec, vocab_size), spec.num_layers, spec.hidden_size, vocab_size
+        )
+
+    def token_bound(self, dataset: str) -> tuple[int, int]:
+        """(most tokens, longest sequence) of a dataset before it is tokenised (a dataset of
+        ``n_samples: all`` is assumed to hold ASSUMED_TEXTS texts)."""
+        settings = self.config["datasets"][dataset]
+        longest = settings["max_tokens"]
+        texts = ASSUMED_TEXTS if settings["n_samples"] == "all" else settings["n_samples"]
+        return settings["token_budget"] or texts * longest, longest
+
+    def tokens(self, model: str, dataset: str, results: Path) -> tuple[int, int, str]:
+        """(tokens, longest sequence, how they are known) of a run."""
+        path = results / "tokens" / model / f"{dataset}.parquet"
+        if path.is_file():
+            return (*token_counts(path), "tokenised")
+        return (*self.token_bound(dataset), "at most")
+
+    def plan(self, results: str | Path = "results") -> list[dict[str, Any]]:
+        """One row per model-running job of the config: what it runs on and needs."""
+        results = Path(results)
+        rows = []
+        for run in dict.fromkeys((r["model"], r["dataset"]) for r in self.config["runs"]):
+            model, dataset = run
+            size, sized_by = self.size(model, results)
+            tokens, longest, counted = self.tokens(model, dataset, results)
+            jobs = [("equilearning_pass", self._pass(model, size, tokens, longest))]
+            if self.config["hidden_states"]["keep"]:
+                jobs.append(("extract_hidden", self._hidden(model, size, tokens, longest)))
+            for job, needs in jobs:
+                rows.append(
+                    {
+                        "job": job,
+                        "model": model,
+                        "data": dataset,
+                        "parameters": size.parameters,
+                        "sized_by": sized_by,
+                        "tokens": tokens,
+                        "tokens_known": counted,
+                        "cache_bytes_float32": hidden_states_bytes(size, tokens, 4),
+                        **asdict(needs),
+                    }
+                )
+        for run in self.config["coupling"]["runs"]:
+            size, sized_by = self.size(run["model"], results)
+            needs = self._coupling(run["model"], size, run["prompts"])
+            rows.append(
+                {
+                    "job": "measure_coupling",
+                    "model": run["model"],
+                    "data": run["prompts"],
+                    "parameters": size.parameters,
+                    "sized_by": sized_by,
+                    "tokens": 0,
+                    "tokens_known": "",
+                    "cache_bytes_float32": 0,
+                    **asdict(needs),
+                }
+            )
+        for training, settings in self.config["training"].items():
+            spec = TrainingSpec.of(settings)
+            size = self._trained_size(training, results)
+            rows.append(
+                {
+                    "job": "train_model",
+                    "model": training,
+                    "data": settings["dataset"],
+                    "parameters": size.parameters,
+                    "sized_by": "training settings",
+                    "tokens": spec.tokens_seen(spec.steps),
+                    "tokens_known": "",
+                    "cache_bytes_float32": 0,
+                    **asdict(self._training(spec, size.vocab_size)),
+                }
+            )
+        return rows
+
+
+def plan_table(rows: list[dict[str, Any]]) -> str:
+    """The plan as a text table, with totals: every job's GPUs × memory, host memory, disk
+    of its outputs and runtime, and beside them what a float32 cache of every layer's
+    states (the pipeline's layout before statistics were streamed) would take."""
+    lines = [
+        f"{'job':18s} {'model':26s} {'data':14s} {'params':>8s} {'tokens':>12s} "
+        f"{'GPUs x GiB':>11s} {'host GiB':>9s} {'outputs':>9s} {'minutes':>8s} "
+        f"{'f32 cache':>10s}"
+    ]
+    for row in rows:
+        gpus = f"{row['gpu']} x {row['gpu_mb'] / 1024:.1f}" if row["gpu"] else "cpu"
+        tokens = f"{row['tokens_known'].replace('at most', '<=')} {row['tokens']:,}".strip()
+        lines.append(
+            f"{row['job']:18s} {row['model']:26s} {row['data']:14s} "
+            f"{row['parameters'] / 1e9:7.2f}B {tokens:>12s} {gpus:>11s} "
+            f"{row['mem_mb'] / 1024:9.1f} {_size(row['disk_mb'] * 2**20):>9s} "
+            f"{row['runtime']:8d} {_size(row['cache_bytes_float32']):>10s}"
+        )
+    outputs = sum(row["disk_mb"] for row in rows) * 2**20
+    cache = sum(row["cache_bytes_float32"] for row in rows)
+    lines.append(
+        f"total outputs of these jobs: {_size(outputs)}; a float32 cache of every layer's "
+        f"states would take {_size(cache)}; models sized by: "
+        + ", ".join(sorted({f"{row['model']}: {row['sized_by']}" for row in rows}))
+    )
+    return "\n".join(lines)
+
+
+def _size(count: float) -> str:
+    """Bytes in decimal units."""
+    units = ["B", "KB", "MB", "GB", "TB"]
+    index = 0
+    while count >= 1000 and index < len(units) - 1:
+        count, index = count / 1000, index + 1
+    return f"{count:.0f} B" if index == 0 else f"{count:.1f} {units[index]}"

@@ -1,0 +1,1 @@
+"""Yao & Xu's probability signatures: counts in DuckDB, comparison with the embeddings, figures."""

@@ -1,0 +1,3 @@
+"""Yao & Xu's composite addition tasks: data and signatures, the embedding models, summary,
+figures.
+"""

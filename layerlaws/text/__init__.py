@@ -1,0 +1,1 @@
+"""Probing texts: their sources, the seeded corpus sample, and tokenisation."""

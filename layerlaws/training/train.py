@@ -1,0 +1,321 @@
+"""Training a small causal LM from scratch (``training.<key>``), with checkpoints that are
+models in their own right and that a run resumes from.
+
+A run writes ``<folder>/step_<NNNNNN>/`` at every checkpoint step: the weights
+(``save_pretrained``, float32 safetensors), the tokenizer, ``checkpoint.json`` (step,
+tokens seen, losses so far, the run's fingerprint) and, in the latest checkpoint only,
+``training_state.pt`` (optimizer state and the loss curve). Each is written under a
+temporary name and renamed when complete. A run that finds checkpoints of the same
+fingerprint resumes from the latest one and ends with the same weights as an
+uninterrupted run; checkpoints of another fingerprint are deleted first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.training.plan import (
+    TrainingSpec,
+    batch_indices,
+    checkpoint_folder,
+    learning_rate_at,
+    pack_sequences,
+)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.json"
+STATE_FILE = "training_state.pt"
+
+
+def model_config(spec: TrainingSpec, tokenizer: Any) -> Any:
+    """The transformers config of the model to train: ``spec``'s architecture and sizes,
+    the tokenizer's vocabulary, no dropout (so a run is a function of its seed)."""
+    from transformers import GPT2Config, LlamaConfig
+
+    vocab_size = len(tokenizer)
+    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    if spec.architecture == "llama":
+        return LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_heads,
+            max_position_embeddings=spec.context,
+            tie_word_embeddings=spec.tie_embeddings,
+            **special,
+        )
+    return GPT2Config(
+        vocab_size=vocab_size,
+        n_embd=spec.hidden_size,
+        n_inner=spec.intermediate_size,
+        n_layer=spec.num_layers,
+        n_head=spec.num_heads,
+        n_positions=spec.context,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=spec.tie_embeddings,
+        **special,
+    )
+
+
+def initial_model(spec: TrainingSpec, config: Any) -> Any:
+    """The model at step 0: transformers' initialisation seeded by ``spec.seed``, float32."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(spec.seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def optimizer_of(spec: TrainingSpec, model: Any) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not on norms, biases or 1-d weights)."""
+    decayed = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decayed, "weight_decay": spec.weight_decay},
+            {"params": other, "weight_decay": 0.0},
+        ],
+        lr=spec.learning_rate,
+        betas=spec.betas,
+    )
+
+
+@torch.no_grad()
+def held_out_loss(model: Any, sequences: torch.Tensor, batch_size: int, device: str) -> float:
+    """Mean next-token cross-entropy (nats) over every prediction of ``sequences``
+    (n, context)."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(sequences), batch_size):
+        batch = sequences[start : start + batch_size].to(device)
+        with _autocast(device):
+            logits = model(input_ids=batch).logits[:, :-1].float()
+        targets = batch[:, 1:]
+        total += torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+        ).item()
+        count += targets.numel()
+    model.train(was_training)
+    return total / count
+
+
+def _autocast(device: str) -> Any:
+    """bfloat16 autocast on a GPU, nothing on a CPU (float32 there)."""
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda"))
+
+
+@dataclass
+class TrainingRun:
+    """What a run produced: the loss curve (one row per step) and its checkpoints."""
+
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from: int | None = None
+    seconds: float = 0.0
+    tokens_per_second: float = 0.0
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
+    """The latest complete checkpoint of this run that holds a training state; checkpoints
+    of other runs (another fingerprint) are deleted."""
+    latest = None
+    for partial in folder.glob("step_*.partial"):
+        log.warning("deleting %s: a checkpoint whose writing was interrupted", partial)
+        shutil.rmtree(partial)
+    for candidate in sorted(folder.glob("step_*")):
+        saved = _read_json(candidate / CHECKPOINT_FILE)
+        if saved is None or saved.get("fingerprint") != fingerprint:
+            log.warning("deleting %s: it belongs to another training run", candidate)
+            shutil.rmtree(candidate)
+        elif (candidate / STATE_FILE).is_file():
+            latest = candidate
+    return latest
+
+
+def _save_checkpoint(
+    folder: Path,
+    model: Any,
+    tokenizer: Any,
+    record: dict[str, Any],
+    state: dict[str, Any],
+    previous: Path | None,
+) -> Path:
+    final = checkpoint_folder(folder, record["step"])
+    temporary = final.with_name(final.name + ".partial")
+    shutil.rmtree(temporary, ignore_errors=True)
+    model.save_pretrained(temporary)
+    tokenizer.save_pretrained(temporary)
+    torch.save(state, temporary / STATE_FILE)
+    (temporary / CHECKPOINT_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    temporary.rename(final)
+    if previous is not None:
+        (previous / STATE_FILE).unlink(missing_ok=True)
+    return final
+
+
+def train(
+    spec: TrainingSpec,
+    config: Any,
+    tokenizer: Any,
+    sequences: np.ndarray,
+    held_out: np.ndarray | None,
+    folder: str | Path,
+    device: str,
+    on_checkpoint: Callable[[int], None] | None = None,
+) -> TrainingRun:
+    """Train ``config``'s model on packed ``sequences`` (n, context) int64 as ``spec``
+    says, on ``device``, saving checkpoints into ``folder`` (resuming from the latest one
+    of the same run). ``held_out`` (m, context) gives the held-out loss at every
+    checkpoint and every ``eval_every`` steps. ``on_checkpoint(step)`` is called after each
+    checkpoint is saved."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fingerprint = spec.fingerprint(sequences, held_out if held_out is not None else np.empty(0))
+    data = torch.from_numpy(sequences)
+    evaluation = torch.from_numpy(held_out) if held_out is not None else None
+    result = TrainingRun()
+    resume = resumable_checkpoint(folder, fingerprint)
+    if resume is None:
+        model, start = initial_model(spec, config).to(device), 0
+        optimizer = optimizer_of(spec, model)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        state = torch.load(resume / STATE_FILE, weights_only=False)
+        model = AutoModelForCausalLM.from_pretrained(resume, dtype=torch.float32).to(device)
+        optimizer = optimizer_of(spec, model)
+        optimizer.load_state_dict(state["optimizer"])
+        start, result.curve = state["step"], state["curve"]
+        result.resumed_from = start
+        log.info("resuming from %s (step %d of %d)", resume, start, spec.steps)
+    model.train()
+    previous = resume
+
+    def evaluate() -> float | None:
+        if evaluation is None:
+            return None
+        return held_out_loss(model, evaluation, spec.batch_size, device)
+
+    def checkpoint(step: int, held: float | None) -> None:
+        nonlocal previous
+        train_losses = [row["train_loss"] for row in result.curve if row["step"] == step]
+        record = {
+            "step": step,
+            "tokens_seen": spec.tokens_seen(step),
+            "train_loss": train_losses[0] if train_losses else None,
+            "held_out_loss": held,
+            "fingerprint": fingerprint,
+        }
+        state = {"optimizer": optimizer.state_dict(), "step": step, "curve": result.curve}
+        previous = _save_checkpoint(folder, model, tokenizer, record, state, previous)
+        log.info("checkpoint at step %d (%d tokens seen)", step, record["tokens_seen"])
+        if on_checkpoint is not None:
+            on_checkpoint(step)
+
+    if start == 0 and 0 in spec.checkpoints:
+        held = evaluate()
+        result.curve.append(_curve_row(spec, 0, None, held))
+        checkpoint(0, held)
+    started, pending = time.perf_counter(), []
+    for step in range(start, spec.steps):
+        rate = learning_rate_at(spec, step)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+        batch = data[batch_indices(len(data), spec, step)].to(device, non_blocking=True)
+        with _autocast(device):
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        pending.append((step + 1, rate, loss.detach()))
+        done = step + 1
+        if done % spec.eval_every == 0 or done in spec.checkpoints or done == spec.steps:
+            # Losses are read back only here, so a GPU never waits for them between steps.
+            held = evaluate()
+            for number, pending_rate, pending_loss in pending:
+                result.curve.append(
+                    _curve_row(spec, number, pending_rate, None, float(pending_loss))
+                )
+            result.curve[-1]["held_out_loss"] = held
+            pending.clear()
+            elapsed = time.perf_counter() - started
+            log.info(
+                "step %d/%d: training loss %.4f, held-out loss %s, %.0f tokens/s",
+                done,
+                spec.steps,
+                result.curve[-1]["train_loss"],
+                "-" if held is None else f"{held:.4f}",
+                spec.tokens_seen(done - start) / elapsed,
+            )
+            if done in spec.checkpoints:
+                checkpoint(done, held)
+    result.seconds = time.perf_counter() - started
+    trained_steps = spec.steps - start
+    if result.seconds > 0:
+        result.tokens_per_second = spec.tokens_seen(trained_steps) / result.seconds
+    result.checkpoints = [
+        json.loads((checkpoint_folder(folder, step) / CHECKPOINT_FILE).read_text())
+        for step in spec.checkpoints
+    ]
+    return result
+
+
+def _curve_row(
+    spec: TrainingSpec,
+    step: int,
+    rate: float | None,
+    held: float | None,
+    train_loss: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "step": step,
+        "tokens_seen": spec.tokens_seen(step),
+        "learning_rate": rate,
+        "train_loss": train_loss,
+        "held_out_loss": held,
+    }
+
+
+def tokenize_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's token ids without special tokens (packing adds EOS between texts)."""
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+
+def separator_id(tokenizer: Any) -> int:
+    """The token that ends each packed text: EOS, else BOS."""
+    for token_id in (tokenizer.eos_token_id, tokenizer.bos_token_id):
+        if token_id is not None:
+            return int(token_id)
+    raise LayerlawsError(
+        "the training tokenizer has neither an EOS nor a BOS token to separate packed texts"
+    )
+
+
+def packed_texts(tokenizer: Any, texts: Sequence[str], context: int) -> np.ndarray:
+    """``texts`` tokenised and packed into (n, context) int64 sequences."""
+    return pack_sequences(tokenize_texts(tokenizer, texts), separator_id(tokenizer), context)
