@@ -40,7 +40,8 @@ from layerlaws.forward.model_pass import (
     run_forward_pass,
     sequences_of,
 )
-from layerlaws.models.prepared import load_model, model_facts, read_facts
+from layerlaws.models.facts import model_facts, read_facts
+from layerlaws.models.loading import load_model
 
 SMOLLM2 = "results/models/smollm2-135m"
 SMOLLM2_TOKENS = "results/tokens/smollm2-135m/wiki-science.parquet"

@@ -20,7 +20,7 @@ import torch
 
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.models.blocks import trace_blocks
-from layerlaws.models.prepared import load_model, load_tokenizer
+from layerlaws.models.loading import load_model, load_tokenizer
 
 PROMPT = "What is the capital of France? The capital is"
 K = 50

@@ -33,7 +33,7 @@ from layerlaws.equilearning.norms import normalize
 from layerlaws.equilearning.regression import DEFAULT_CUTOFF
 from layerlaws.equilearning.statistics import EquilearningStatistics, target_matrix
 from layerlaws.forward.kept_states import HiddenStates
-from layerlaws.models.prepared import ModelFacts
+from layerlaws.models.facts import ModelFacts
 
 OFFSETS = [-1, 0, 1, 2]
 DEFAULT = "results/hidden/smollm2-135m/wiki-science"

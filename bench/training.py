@@ -26,7 +26,7 @@ import torch
 import yaml
 from snakemake.utils import validate
 
-from layerlaws.models.prepared import load_tokenizer
+from layerlaws.models.loading import load_tokenizer
 from layerlaws.text.sources import wikipedia_summaries
 from layerlaws.training.plan import TrainingSpec, batch_indices
 from layerlaws.training.train import initial_model, model_config, optimizer_of, packed_texts, train

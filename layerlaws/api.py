@@ -26,7 +26,7 @@ from layerlaws.coupling.measurement import (
 from layerlaws.equilearning.law import law_table
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.model_pass import run_forward_pass
-from layerlaws.models.prepared import model_facts
+from layerlaws.models.facts import model_facts
 from layerlaws.signatures.comparison import SignatureComparison, compare_with_embeddings
 from layerlaws.signatures.counting import connect, count_tokens
 from layerlaws.text.tokens import tokenize_sentences, with_successors

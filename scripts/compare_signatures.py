@@ -6,7 +6,7 @@ import polars as pl
 
 from layerlaws.core.atomic import write_csv, write_json, write_npz, write_parquet
 from layerlaws.core.logs import run_logged
-from layerlaws.models.prepared import embedding_matrices, load_tokenizer
+from layerlaws.models.loading import embedding_matrices, load_tokenizer
 from layerlaws.signatures.comparison import compare_with_embeddings
 
 

@@ -22,7 +22,8 @@ from layerlaws.equilearning.token_views import (
 from layerlaws.forward.masking import TARGET_OFFSETS, probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.devices import claim_devices
-from layerlaws.models.prepared import load_model, load_tokenizer, plan_placement, read_facts
+from layerlaws.models.facts import read_facts
+from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.pipeline.execution import Execution
 
 

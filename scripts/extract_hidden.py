@@ -11,7 +11,8 @@ from layerlaws.core.logs import run_logged
 from layerlaws.forward.kept_writer import extract_hidden_states
 from layerlaws.forward.masking import probe_of, probe_tokens
 from layerlaws.models.devices import claim_devices
-from layerlaws.models.prepared import load_model, load_tokenizer, plan_placement, read_facts
+from layerlaws.models.facts import read_facts
+from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.pipeline.execution import Execution
 
 

@@ -11,7 +11,8 @@ from layerlaws.core.atomic import write_csv, write_npz
 from layerlaws.core.logs import run_logged
 from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt_set
 from layerlaws.models.devices import claim_devices
-from layerlaws.models.prepared import coupling_twins, load_tokenizer, plan_placement, read_facts
+from layerlaws.models.facts import read_facts
+from layerlaws.models.loading import coupling_twins, load_tokenizer, plan_placement
 from layerlaws.pipeline.execution import Execution
 from layerlaws.text.corpus import prompt_texts
 from layerlaws.text.tokens import tokenize_prompts

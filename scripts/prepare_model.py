@@ -4,7 +4,7 @@ import logging
 
 from layerlaws.core.atomic import atomic_path
 from layerlaws.core.logs import run_logged
-from layerlaws.models.prepared import prepare_model
+from layerlaws.models.preparation import prepare_model
 
 
 def main() -> None:

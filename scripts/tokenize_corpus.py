@@ -4,7 +4,7 @@ import logging
 
 from layerlaws.core.atomic import atomic_path
 from layerlaws.core.logs import run_logged
-from layerlaws.models.prepared import load_tokenizer
+from layerlaws.models.loading import load_tokenizer
 from layerlaws.pipeline.execution import Execution
 from layerlaws.text.corpus import excluded_sources
 from layerlaws.text.sources import iter_texts

@@ -4,7 +4,8 @@ import polars as pl
 
 from layerlaws.core.atomic import write_parquet
 from layerlaws.core.logs import run_logged
-from layerlaws.models.prepared import load_tokenizer, read_facts
+from layerlaws.models.facts import read_facts
+from layerlaws.models.loading import load_tokenizer
 from layerlaws.text.tokens import tokenize_sentences
 
 

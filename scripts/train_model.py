@@ -9,7 +9,7 @@ import torch
 from layerlaws.core.atomic import write_csv, write_json
 from layerlaws.core.logs import run_logged
 from layerlaws.models.devices import claim_devices
-from layerlaws.models.prepared import load_tokenizer
+from layerlaws.models.loading import load_tokenizer
 from layerlaws.pipeline.execution import Execution
 from layerlaws.training.plan import TrainingSpec, unigram_cross_entropy, unigram_entropy
 from layerlaws.training.train import model_config, packed_texts, train

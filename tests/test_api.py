@@ -11,7 +11,7 @@ import pytest
 from snakemake_runs import REPO
 
 from layerlaws import api
-from layerlaws.models.prepared import load_model, load_tokenizer
+from layerlaws.models.loading import load_model, load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from layerlaws.coupling.trajectories import (
 )
 from layerlaws.models.architectures import norm_module
 from layerlaws.models.blocks import trace_blocks
-from layerlaws.models.prepared import load_model
+from layerlaws.models.loading import load_model
 
 
 @pytest.fixture(params=["llama", "gpt2"])

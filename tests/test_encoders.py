@@ -22,7 +22,9 @@ from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import HiddenStateWriter
 from layerlaws.forward.masking import TARGET_OFFSETS, mask_tokens, probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass, text_rows
-from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model, read_facts
+from layerlaws.models.facts import read_facts
+from layerlaws.models.loading import load_model, load_tokenizer
+from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 OFFSETS = [-1, 0, 1]

@@ -23,7 +23,8 @@ from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import extract_hidden_states
 from layerlaws.models.architectures import ARCHITECTURES
 from layerlaws.models.blocks import trace_blocks
-from layerlaws.models.prepared import load_model, prepare_model
+from layerlaws.models.loading import load_model
+from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 RMSNORM_FAMILIES = {

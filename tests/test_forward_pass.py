@@ -19,7 +19,8 @@ from layerlaws.forward.model_pass import (
     text_rows,
 )
 from layerlaws.models.architectures import blocks_of
-from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.models.loading import load_model, load_tokenizer
+from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 

@@ -10,7 +10,8 @@ from transformers import LlamaConfig
 from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness_classes
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.model_pass import run_forward_pass
-from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.models.loading import load_model, load_tokenizer
+from layerlaws.models.preparation import prepare_model
 from layerlaws.pipeline.planning import config_size
 from layerlaws.pipeline.resources import (
     ModelSize,

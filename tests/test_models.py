@@ -12,13 +12,9 @@ from safetensors import safe_open
 from tiny_models import save_tiny_model
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.models.prepared import (
-    embedding_matrices,
-    load_model,
-    load_tokenizer,
-    prepare_model,
-    read_facts,
-)
+from layerlaws.models.facts import read_facts
+from layerlaws.models.loading import embedding_matrices, load_model, load_tokenizer
+from layerlaws.models.preparation import prepare_model
 
 
 def test_prepare_local_model_and_its_random_twin(llama_folder, gpt2_folder, tmp_path):

@@ -8,14 +8,9 @@ from transformers import AutoConfig
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.models.placement import device_map, weights_bytes
-from layerlaws.models.prepared import (
-    load_model,
-    load_tokenizer,
-    plan_placement,
-    prepare_model,
-    skeleton_of,
-)
+from layerlaws.models.preparation import prepare_model, skeleton_of
 from layerlaws.text.tokens import tokenize_sentences
 
 

@@ -17,7 +17,8 @@ from layerlaws.equilearning.token_views import (
 from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import HiddenStateWriter
 from layerlaws.forward.model_pass import run_forward_pass, text_rows
-from layerlaws.models.prepared import load_model, load_tokenizer, prepare_model
+from layerlaws.models.loading import load_model, load_tokenizer
+from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 GROUPS = [["is", "are"], ["the", "of"], ["notaword"]]

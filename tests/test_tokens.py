@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.models.prepared import load_tokenizer
+from layerlaws.models.loading import load_tokenizer
 from layerlaws.text.tokens import (
     TOKEN_SCHEMA,
     tokenize_corpus,

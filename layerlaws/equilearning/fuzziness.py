@@ -29,7 +29,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.regression import DEFAULT_CUTOFF, Moments
 from layerlaws.equilearning.statistics import OUTPUT, normalized, target_ids
 from layerlaws.forward.model_pass import text_rows
-from layerlaws.models.prepared import ModelFacts
+from layerlaws.models.facts import ModelFacts
 
 FUZZINESS_SCHEMA = {
     "layer": pl.Int64,

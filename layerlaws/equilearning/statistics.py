@@ -28,7 +28,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.norms import normalize
 from layerlaws.equilearning.regression import DEFAULT_CUTOFF, Moments, prediction_residuals
 from layerlaws.forward.model_pass import Batch, text_rows
-from layerlaws.models.prepared import ModelFacts
+from layerlaws.models.facts import ModelFacts
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import torch
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.statistics import OUTPUT, normalized
 from layerlaws.forward.model_pass import text_rows
-from layerlaws.models.prepared import ModelFacts
+from layerlaws.models.facts import ModelFacts
 
 log = logging.getLogger(__name__)
 

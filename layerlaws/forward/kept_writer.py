@@ -14,7 +14,7 @@ import torch
 
 from layerlaws.forward.kept_states import METADATA, ROWS, STORAGE_DTYPES, shard_path
 from layerlaws.forward.model_pass import Batch, run_forward_pass, text_rows
-from layerlaws.models.prepared import ModelFacts
+from layerlaws.models.facts import ModelFacts
 
 
 class HiddenStateWriter:

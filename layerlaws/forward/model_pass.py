@@ -33,7 +33,7 @@ from tqdm import tqdm
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.models.blocks import layer_states
-from layerlaws.models.prepared import ModelFacts
+from layerlaws.models.facts import ModelFacts
 
 log = logging.getLogger(__name__)
 

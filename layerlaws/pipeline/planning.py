@@ -54,7 +54,7 @@ def token_counts(path: str | Path) -> tuple[int, int]:
 def config_size(model_config: Mapping[str, Any]) -> ModelSize:
     """The size of a configured model from its config alone (no weights are read)."""
     from layerlaws.models.architectures import blocks_of
-    from layerlaws.models.prepared import skeleton_of, source_config
+    from layerlaws.models.preparation import skeleton_of, source_config
 
     skeleton = skeleton_of(
         source_config(model_config), model_config.get("trust_remote_code", False)

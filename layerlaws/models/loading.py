@@ -1,0 +1,143 @@
+"""Loading a prepared model: its tokenizer, the placement of its weights, the model itself
+(with its randomly initialised twin for the coupling stage) and its embedding matrices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from layerlaws.models.architectures import (
+    ARCHITECTURES,
+    auto_class,
+    embeddings_of,
+    lm_head_of,
+)
+from layerlaws.models.facts import ModelFacts, read_facts, weights_folder
+from layerlaws.models.placement import check_fits, device_budgets, device_map
+from layerlaws.models.preparation import randomly_initialised, skeleton_of
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_tokenizer(folder: str | Path) -> Any:
+    """The tokenizer of a prepared model."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(weights_folder(folder)))
+
+
+def plan_placement(
+    folder: str | Path,
+    dtype: str,
+    devices: Sequence[str],
+    budgets: Mapping[str, int] | None = None,
+) -> str | dict[str, str]:
+    """Where a prepared model's weights go on ``devices``: the device itself, or for
+    several a device map that spreads its blocks over them within ``budgets`` (bytes of
+    weights per device; by default from the GPUs' free memory). Planned on a skeleton, so a
+    model that does not fit stops with a LayerlawsError before anything is loaded."""
+    from transformers import AutoConfig
+
+    skeleton = skeleton_of(AutoConfig.from_pretrained(str(weights_folder(folder))), False)
+    if len(devices) == 1:
+        check_fits(skeleton, DTYPES[dtype], devices[0])
+        return devices[0]
+    return device_map(skeleton, DTYPES[dtype], budgets or device_budgets(devices))
+
+
+def load_model(
+    folder: str | Path, dtype: str, placement: str | Mapping[str, str], attention: str | None = None
+) -> Any:
+    """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES), on one device or
+    spread by a device map (``plan_placement``); ``attention`` picks the attention
+    implementation (``eager`` for Jacobians, whose batching rules the fused kernels lack)."""
+    options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
+    if not isinstance(placement, str):
+        options["device_map"] = dict(placement)
+    from transformers import AutoConfig
+
+    weights = str(weights_folder(folder))
+    model_type = AutoConfig.from_pretrained(weights).model_type
+    model = auto_class(model_type).from_pretrained(weights, dtype=DTYPES[dtype], **options)
+    if isinstance(placement, str):
+        model = model.to(placement)
+    return model.eval().requires_grad_(False)
+
+
+def randomly_initialised_twin(model: Any, init_seed: int) -> Any:
+    """A model of the same architecture and config with freshly initialised weights, placed
+    like ``model``."""
+    twin = randomly_initialised(model, init_seed)
+    reference = next(model.parameters())
+    twin = twin.to(reference.dtype)
+    if getattr(model, "hf_device_map", None):
+        from accelerate import dispatch_model
+
+        twin = dispatch_model(twin, device_map=model.hf_device_map)
+    else:
+        twin = twin.to(reference.device)
+    return twin.eval().requires_grad_(False)
+
+
+def coupling_twins(
+    folder: str | Path,
+    initial: str | Path | None,
+    dtype: str,
+    placement: str | Mapping[str, str],
+    init_seed: int,
+) -> dict[str, Any]:
+    """The weights coupling compares, loaded with eager attention: ``trained`` (the model
+    in ``folder``) and ``random`` — the prepared model in ``initial`` (a training's step-0
+    checkpoint) when given, else a fresh random twin seeded by ``init_seed``."""
+    trained = load_model(folder, dtype, placement, attention="eager")
+    if initial is not None:
+        untrained = load_model(initial, dtype, placement, attention="eager")
+    else:
+        untrained = randomly_initialised_twin(trained, init_seed)
+    return {"trained": trained, "random": untrained}
+
+
+def _stored_embeddings(folder: Path, facts: ModelFacts) -> tuple[Any, Any] | None:
+    """W_E and W_U as stored in the safetensors files of ``folder`` (W_U None when tied),
+    found by their shape (vocab_size, hidden_size) and W_E by its module's name; None when
+    they cannot be told apart that way."""
+    from safetensors import safe_open
+
+    architecture = ARCHITECTURES[facts.model_type]
+    embedding_name = architecture.embeddings.rsplit(".", 1)[-1] + ".weight"
+    found: dict[str, Any] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as stored:
+            for key in stored.keys():  # noqa: SIM118 (safe_open is no mapping)
+                if stored.get_slice(key).get_shape() == [facts.vocab_size, facts.hidden_size]:
+                    found[key] = stored.get_tensor(key)
+    embedding = [key for key in found if key.endswith(embedding_name)]
+    if len(embedding) != 1 or len(found) > 2:
+        return None
+    rest = [tensor for key, tensor in found.items() if key != embedding[0]]
+    if not rest and not facts.tied_embeddings:
+        return None
+    return found[embedding[0]], rest[0] if rest else None
+
+
+def embedding_matrices(folder: str | Path) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Input (W_E) and output (W_U) embedding matrices of a prepared model, each
+    (vocab_size, hidden_size) float32, and whether they are tied (the same weights).
+
+    Read straight from the safetensors files, without building the model; only where the
+    two cannot be found by shape and name is the model loaded.
+    """
+    facts = read_facts(folder)
+    stored = _stored_embeddings(weights_folder(folder), facts)
+    if stored is None:
+        model = load_model(folder, "float32", "cpu")
+        stored = embeddings_of(model).weight, lm_head_of(model).weight
+    input_weights = stored[0].detach().float().numpy().copy()
+    if stored[1] is None or facts.tied_embeddings:
+        return input_weights, input_weights, True
+    return input_weights, stored[1].detach().float().numpy().copy(), False

@@ -1,0 +1,187 @@
+"""Preparing a model once from its configured source.
+
+A *prepared* model is a folder with ``layerlaws_model.json``: the model's facts and where
+its weights and tokenizer lie. A local model is used where it is and a hub model from the
+Hugging Face cache, never copied; a GGUF file is dequantised once and a randomly
+initialised twin saved, in the folder itself (``save_pretrained`` layout, safetensors).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.packages import package_file
+from layerlaws.models.architectures import (
+    architecture_of,
+    auto_class,
+)
+from layerlaws.models.facts import MODEL_METADATA, ModelFacts, model_facts, weights_dtype
+
+
+def gguf_location(source: Mapping[str, Any]) -> Path:
+    if source["kind"] == "gguf_package":
+        return package_file(source["package"], source["file"])
+    path = Path(source["path"])
+    if not path.is_file():
+        raise LayerlawsError(f"GGUF file {path} does not exist")
+    return path
+
+
+def _gguf_config(gguf: Path) -> Any:
+    """The config inside a GGUF file, checked against the architecture table."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    architecture_of(config)
+    return config
+
+
+def _from_gguf(gguf: Path) -> tuple[Any, Any]:
+    """Model (float32, CPU) and tokenizer from a GGUF file, its weights dequantised."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    config = _gguf_config(gguf)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # A model loaded from GGUF refuses save_pretrained: copy its dequantised weights into a
+    # plain model built from the same config.
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantised.state_dict())
+    return model, tokenizer
+
+
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
+"""What is fetched of a hub model: config, safetensors weights, tokenizer files (weights
+only as ``.bin`` when a repository has no safetensors)."""
+
+
+def _hub_snapshot(model_id: str, revision: str | None) -> Path:
+    """The local folder of a hub model in the Hugging Face cache (downloaded there once,
+    used where it lies)."""
+    from huggingface_hub import snapshot_download
+
+    folder = Path(snapshot_download(model_id, revision=revision, allow_patterns=HUB_FILES))
+    if not any(folder.glob("*.safetensors")):
+        folder = Path(
+            snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.bin"])
+        )
+    return folder
+
+
+def read_config(where: str, revision: str | None, trust_remote_code: bool) -> Any:
+    """The config of a hub id or local folder, checked against the architecture table before
+    any weights are fetched."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            where, revision=revision, trust_remote_code=trust_remote_code
+        )
+    except Exception as error:
+        raise LayerlawsError(
+            f"could not load model {where!r} (revision {revision!r}): {error}. Check the id or "
+            f"folder and (for the hub) that this machine can reach it"
+        ) from error
+    architecture_of(config)
+    return config
+
+
+def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple[Path, Any]:
+    """(folder of the weights and tokenizer, config) of a hub or local source."""
+    if source["kind"] == "local":
+        folder = Path(source["path"]).resolve()
+        if not folder.is_dir():
+            raise LayerlawsError(f"local model folder {source['path']} does not exist")
+        return folder, read_config(str(folder), None, trust_remote_code)
+    if source["kind"] != "hub":
+        raise LayerlawsError(
+            f"unknown model source kind {source['kind']!r}; use hub, local, gguf_package or "
+            f"gguf_file"
+        )
+    config = read_config(source["id"], source.get("revision"), trust_remote_code)
+    try:
+        return _hub_snapshot(source["id"], source.get("revision")), config
+    except Exception as error:
+        raise LayerlawsError(
+            f"could not fetch the weights of {source['id']!r}: {error}. Check that this machine "
+            f"can reach the hub (and, for a gated model, that you accepted its licence and ran "
+            f"`huggingface-cli login`)"
+        ) from error
+
+
+def source_config(model_config: Mapping[str, Any]) -> Any:
+    """The config of a configured model (``models.<key>``), read without its weights from
+    its GGUF file, local folder or the hub."""
+    source, remote_code = model_config["source"], model_config.get("trust_remote_code", False)
+    if source["kind"] in ("gguf_package", "gguf_file"):
+        return _gguf_config(gguf_location(source))
+    where = source["path"] if source["kind"] == "local" else source["id"]
+    return read_config(where, source.get("revision"), remote_code)
+
+
+def skeleton_of(config: Any, trust_remote_code: bool) -> Any:
+    """The model of ``config`` on the meta device: every module, no weights in memory."""
+    with torch.device("meta"):
+        return auto_class(config.model_type).from_config(
+            config, trust_remote_code=trust_remote_code
+        )
+
+
+def _checked_tokenizer(folder: Path) -> Any:
+    """The tokenizer in ``folder``, or a LayerlawsError saying it has none."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except Exception as error:
+        raise LayerlawsError(f"the model in {folder} has no usable tokenizer: {error}") from error
+
+
+def randomly_initialised(model: Any, init_seed: int) -> Any:
+    """A model of ``model``'s architecture and config with fresh weights, seeded by
+    ``init_seed`` (on the CPU, in the default dtype)."""
+    torch.manual_seed(init_seed)
+    return auto_class(model.config.model_type).from_config(model.config)
+
+
+def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> ModelFacts:
+    """Prepare a model from its configured source: write its facts into ``out_folder``
+    (which must not exist; the caller renames it into place), and its weights only where
+    they lie nowhere else.
+
+    ``model_config`` holds ``source`` (see the config schema), ``init`` (``trained`` or
+    ``random``: a randomly initialised twin of the same architecture, seeded by
+    ``init_seed``) and ``trust_remote_code``. A local folder is used where it is and a hub
+    model from the Hugging Face cache (its facts record the folder): neither is copied. A
+    GGUF is dequantised once and saved (float32); a random twin is saved in the dtype its
+    config names.
+    """
+    source, init = model_config["source"], model_config.get("init", "trained")
+    remote_code = model_config.get("trust_remote_code", False)
+    out = Path(out_folder)
+    if source["kind"] in ("gguf_package", "gguf_file"):
+        model, tokenizer = _from_gguf(gguf_location(source))
+        weights = None
+    else:
+        folder, config = _weights_folder(source, remote_code)
+        tokenizer = _checked_tokenizer(folder)
+        model, weights = skeleton_of(config, remote_code), str(folder)
+    if init == "random":
+        model = randomly_initialised(model, int(model_config.get("init_seed", 0)))
+        model = model.to(getattr(torch, weights_dtype(model.config)))
+        weights = None
+    facts = model_facts(model, {**source, "init": init}, weights)
+    out.mkdir(parents=True)
+    if weights is None:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    (out / MODEL_METADATA).write_text(json.dumps(asdict(facts), indent=2) + "\n")
+    return facts
