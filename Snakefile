@@ -24,7 +24,7 @@ wildcard_constraints:
     prompts=KEY_PATTERN,
     training=KEY_PATTERN,
     series=KEY_PATTERN,
-    task="|".join(ADDITION_TASKS),
+    task=TASK_KEYS,
 
 
 include: "rules/training.smk"
@@ -42,4 +42,4 @@ include: "rules/synthetic.smk"
 rule all:
     default_target: True
     input:
-        final_outputs(),
+        TARGETS.final_outputs(),

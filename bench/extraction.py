@@ -30,6 +30,7 @@ import torch
 from peak_memory import peak_rss_mib
 
 from layerlaws.core.atomic import write_csv, write_json
+from layerlaws.core.dtypes import torch_dtype
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import extract_hidden_states
@@ -71,7 +72,7 @@ def model_and_tokens(name: str, texts_factor: int, dtype: str, device: str):
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(LlamaConfig(**LLAMA_1B))
-    model = model.to(device, getattr(torch, dtype)).eval().requires_grad_(False)
+    model = model.to(device, torch_dtype(dtype)).eval().requires_grad_(False)
     generator = torch.Generator().manual_seed(0)
     count = LLAMA_SEQUENCES * texts_factor
     ids = torch.randint(3, LLAMA_1B["vocab_size"], (count, LLAMA_LENGTH), generator=generator)
@@ -128,7 +129,15 @@ def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtyp
         result["pr"] = table.rows()
     else:
         folder = Path(tempfile.mkdtemp()) / "hidden"
-        extract_hidden_states(model, facts, tokens, folder, BATCH_SIZE, device, progress=False)
+        extract_hidden_states(
+            model,
+            facts,
+            tokens,
+            out_folder=folder,
+            batch_size=BATCH_SIZE,
+            device=device,
+            progress=False,
+        )
         result["folder"] = str(folder)
         result["hidden_bytes"] = sum(p.stat().st_size for p in folder.rglob("*.npy"))
     result["peak_mb"] = peak_rss_mib()

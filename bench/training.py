@@ -76,7 +76,9 @@ def main() -> None:
     )
     bare_seconds = bare_loop(spec, config, sequences, device)
     with tempfile.TemporaryDirectory() as folder:
-        run = train(spec, config, tokenizer, sequences, held_out, folder, device)
+        run = train(
+            spec, config, tokenizer, sequences, held_out=held_out, folder=folder, device=device
+        )
     ours_seconds = run.seconds
     bare_rate, ours_rate = tokens / bare_seconds, tokens / ours_seconds
     print(f"bare loop:  {bare_seconds:7.2f} s  {bare_rate:8.0f} tokens/s")

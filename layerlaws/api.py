@@ -17,18 +17,15 @@ from typing import Any
 
 import polars as pl
 
-from layerlaws.coupling.measurement import (
-    PromptMeasurement,
-    TokenCoupling,
-    layer_pairs,
-    measure_prompt,
-)
+from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.equilearning.law import law_table
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.facts import model_facts
 from layerlaws.signatures.comparison import SignatureComparison, compare_with_embeddings
 from layerlaws.signatures.counting import connect, count_tokens
+from layerlaws.signatures.settings import SignatureSettings
 from layerlaws.text.tokens import tokenize_sentences, with_successors
 
 
@@ -91,11 +88,11 @@ def signatures(
     return compare_with_embeddings(
         unigrams,
         bigrams,
-        input_embeddings.detach().float().cpu().numpy(),
-        output_embeddings.detach().float().cpu().numpy(),
-        output_embeddings is input_embeddings,
-        top_tokens,
-        lambda token: tokenizer.decode([token]),
+        input_embeddings=input_embeddings.detach().float().cpu().numpy(),
+        output_embeddings=output_embeddings.detach().float().cpu().numpy(),
+        tied=output_embeddings is input_embeddings,
+        decode=lambda token: tokenizer.decode([token]),
+        settings=SignatureSettings(top_tokens=top_tokens),
     )
 
 
@@ -113,6 +110,13 @@ def coupling(
     batching rule for the Jacobians."""
     ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
     facts = model_facts(model, {"kind": "memory"})
-    pairs = TokenCoupling(tuple(layer_pairs(list(token_layers), facts.num_layers)))
+    settings = CouplingSettings(
+        ks=tuple(ks), token_layers=tuple(token_layers), lss_window=lss_window
+    )
     device = next(model.parameters()).device
-    return measure_prompt(model, ids.to(device), pairs, ks, lss_window=lss_window)
+    return measure_prompt(
+        model,
+        ids.to(device),
+        token_coupling=TokenCoupling.of(settings, facts.num_layers),
+        settings=settings,
+    )

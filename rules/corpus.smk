@@ -5,9 +5,9 @@ rule sample_sentences:
     input:
         exclude=excluded_sentences,
     output:
-        "results/corpus/{dataset}/sentences.parquet",
+        LAYOUT.sentences(),
     log:
-        "results/logs/sample_sentences/{dataset}.log",
+        LAYOUT.log("sample_sentences", "{dataset}"),
     params:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],

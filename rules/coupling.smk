@@ -4,19 +4,19 @@
 
 rule measure_coupling:
     input:
-        model="results/models/{model}",
+        model=LAYOUT.model(),
         sentences=prompt_sentences,
         initial=initial_model,
     output:
-        depth="results/coupling/{model}/{prompts}/depth.csv",
-        singular_values="results/coupling/{model}/{prompts}/singular_values.csv",
-        tokens="results/coupling/{model}/{prompts}/tokens.csv",
-        factors="results/coupling/{model}/{prompts}/factors.npz",
-        trajectories="results/trajectories/{model}/{prompts}/tokens.csv",
-        layers="results/trajectories/{model}/{prompts}/layers.csv",
-        streams="results/trajectories/{model}/{prompts}/streams.npz",
+        depth=f"{LAYOUT.coupling()}/depth.csv",
+        singular_values=f"{LAYOUT.coupling()}/singular_values.csv",
+        tokens=f"{LAYOUT.coupling()}/tokens.csv",
+        factors=f"{LAYOUT.coupling()}/factors.npz",
+        trajectories=f"{LAYOUT.trajectories()}/tokens.csv",
+        layers=f"{LAYOUT.trajectories()}/layers.csv",
+        streams=f"{LAYOUT.trajectories()}/streams.npz",
     log:
-        "results/logs/measure_coupling/{model}/{prompts}.log",
+        LAYOUT.log("measure_coupling", "{model}", "{prompts}"),
     threads: 4
     resources:
         **needs(PLANNER.measure_coupling),
@@ -37,16 +37,16 @@ rule measure_coupling:
 
 rule plot_coupling:
     input:
-        depth="results/coupling/{model}/{prompts}/depth.csv",
-        singular_values="results/coupling/{model}/{prompts}/singular_values.csv",
-        tokens="results/coupling/{model}/{prompts}/tokens.csv",
-        trajectories="results/trajectories/{model}/{prompts}/tokens.csv",
-        layers="results/trajectories/{model}/{prompts}/layers.csv",
-        streams="results/trajectories/{model}/{prompts}/streams.npz",
+        depth=f"{LAYOUT.coupling()}/depth.csv",
+        singular_values=f"{LAYOUT.coupling()}/singular_values.csv",
+        tokens=f"{LAYOUT.coupling()}/tokens.csv",
+        trajectories=f"{LAYOUT.trajectories()}/tokens.csv",
+        layers=f"{LAYOUT.trajectories()}/layers.csv",
+        streams=f"{LAYOUT.trajectories()}/streams.npz",
     output:
         **{
             name: report(
-                f"results/coupling/{{model}}/{{prompts}}/{name}.{PLOT_FORMAT}",
+                f"{LAYOUT.coupling()}/{name}.{PLOT_FORMAT}",
                 caption=f"../report/coupling_{name}.rst",
                 category="Block coupling",
                 subcategory="{model} on {prompts}",
@@ -55,7 +55,7 @@ rule plot_coupling:
         },
         **{
             name: report(
-                f"results/trajectories/{{model}}/{{prompts}}/{name}.{PLOT_FORMAT}",
+                f"{LAYOUT.trajectories()}/{name}.{PLOT_FORMAT}",
                 caption=f"../report/trajectories_{name}.rst",
                 category="Trajectories",
                 subcategory="{model} on {prompts}",
@@ -63,9 +63,9 @@ rule plot_coupling:
             for name in TRAJECTORY_FIGURES
         },
     log:
-        "results/logs/plot_coupling/{model}/{prompts}.log",
+        LAYOUT.log("plot_coupling", "{model}", "{prompts}"),
     params:
-        plots=plot_options(),
+        plots=plot_options(config),
         title="{model} on {prompts}",
     script:
         "../scripts/plot_coupling.py"

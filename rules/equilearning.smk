@@ -4,17 +4,17 @@
 
 rule equilearning_pass:
     input:
-        tokens="results/tokens/{model}/{dataset}.parquet",
-        model="results/models/{model}",
+        tokens=LAYOUT.tokens(),
+        model=LAYOUT.model(),
     output:
-        pr="results/equilearning/{model}/{dataset}/pr.csv",
-        report="results/equilearning/{model}/{dataset}/pass.json",
-        evaluation="results/evaluation/{model}/{dataset}.csv",
-        fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
-        token_views="results/equilearning/{model}/{dataset}/token_views.csv",
-        token_states="results/equilearning/{model}/{dataset}/token_views.npz",
+        pr=f"{LAYOUT.equilearning()}/pr.csv",
+        report=f"{LAYOUT.equilearning()}/pass.json",
+        evaluation=LAYOUT.evaluation(),
+        fuzziness=f"{LAYOUT.equilearning()}/fuzziness.csv",
+        token_views=f"{LAYOUT.equilearning()}/token_views.csv",
+        token_states=f"{LAYOUT.equilearning()}/token_views.npz",
     log:
-        "results/logs/equilearning_pass/{model}/{dataset}.log",
+        LAYOUT.log("equilearning_pass", "{model}", "{dataset}"),
     threads: 4
     resources:
         **needs(PLANNER.equilearning_pass),
@@ -36,54 +36,53 @@ rule equilearning_pass:
 
 rule fit_law:
     input:
-        pr="results/equilearning/{model}/{dataset}/pr.csv",
-        fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
-        token_views="results/equilearning/{model}/{dataset}/token_views.csv",
+        pr=f"{LAYOUT.equilearning()}/pr.csv",
+        fuzziness=f"{LAYOUT.equilearning()}/fuzziness.csv",
     output:
-        law="results/equilearning/{model}/{dataset}/law.csv",
-        fuzziness="results/equilearning/{model}/{dataset}/fuzziness_law.csv",
+        law=f"{LAYOUT.equilearning()}/law.csv",
+        fuzziness=f"{LAYOUT.equilearning()}/fuzziness_law.csv",
     log:
-        "results/logs/fit_law/{model}/{dataset}.log",
+        LAYOUT.log("fit_law", "{model}", "{dataset}"),
     script:
         "../scripts/fit_law.py"
 
 
 rule plot_equilearning:
     input:
-        pr="results/equilearning/{model}/{dataset}/pr.csv",
-        law="results/equilearning/{model}/{dataset}/law.csv",
-        fuzziness="results/equilearning/{model}/{dataset}/fuzziness.csv",
-        fuzziness_law="results/equilearning/{model}/{dataset}/fuzziness_law.csv",
-        token_views="results/equilearning/{model}/{dataset}/token_views.csv",
+        pr=f"{LAYOUT.equilearning()}/pr.csv",
+        law=f"{LAYOUT.equilearning()}/law.csv",
+        fuzziness=f"{LAYOUT.equilearning()}/fuzziness.csv",
+        fuzziness_law=f"{LAYOUT.equilearning()}/fuzziness_law.csv",
+        token_views=f"{LAYOUT.equilearning()}/token_views.csv",
     output:
         law=report(
-            f"results/equilearning/{{model}}/{{dataset}}/law.{PLOT_FORMAT}",
+            f"{LAYOUT.equilearning()}/law.{PLOT_FORMAT}",
             caption="../report/law.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),
         norms=report(
-            f"results/equilearning/{{model}}/{{dataset}}/norms.{PLOT_FORMAT}",
+            f"{LAYOUT.equilearning()}/norms.{PLOT_FORMAT}",
             caption="../report/norms.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),
         fuzziness=report(
-            f"results/equilearning/{{model}}/{{dataset}}/fuzziness.{PLOT_FORMAT}",
+            f"{LAYOUT.equilearning()}/fuzziness.{PLOT_FORMAT}",
             caption="../report/fuzziness.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),
         token_views=report(
-            f"results/equilearning/{{model}}/{{dataset}}/token_views.{PLOT_FORMAT}",
+            f"{LAYOUT.equilearning()}/token_views.{PLOT_FORMAT}",
             caption="../report/token_views.rst",
             category="Equi-learning",
             subcategory="{model} on {dataset}",
         ),
     log:
-        "results/logs/plot_equilearning/{model}/{dataset}.log",
+        LAYOUT.log("plot_equilearning", "{model}", "{dataset}"),
     params:
-        plots=plot_options(),
+        plots=plot_options(config),
         title="{model} on {dataset}",
     script:
         "../scripts/plot_equilearning.py"
@@ -91,40 +90,40 @@ rule plot_equilearning:
 
 rule summarize_equilearning:
     input:
-        law=[f"{equilearning_folder(m, d)}/law.csv" for m, d in runs()],
+        law=TARGETS.run_files("law.csv"),
     output:
         summary=report(
-            "results/equilearning/summary.csv",
+            f"{LAYOUT.equilearning_summary()}/summary.csv",
             caption="../report/summary_table.rst",
             category="Summary",
         ),
         best=report(
-            "results/equilearning/best_datasets.csv",
+            f"{LAYOUT.equilearning_summary()}/best_datasets.csv",
             caption="../report/best_datasets.rst",
             category="Summary",
         ),
     log:
-        "results/logs/summarize_equilearning.log",
+        LAYOUT.log("summarize_equilearning"),
     params:
-        runs=runs(),
+        runs=list(EXPANDED.runs),
     script:
         "../scripts/summarize_equilearning.py"
 
 
 rule plot_summary:
     input:
-        pr=[f"{equilearning_folder(m, d)}/pr.csv" for m, d in runs()],
-        summary="results/equilearning/summary.csv",
+        pr=TARGETS.run_files("pr.csv"),
+        summary=f"{LAYOUT.equilearning_summary()}/summary.csv",
     output:
         report(
-            f"results/equilearning/summary.{PLOT_FORMAT}",
+            f"{LAYOUT.equilearning_summary()}/summary.{PLOT_FORMAT}",
             caption="../report/summary_figure.rst",
             category="Summary",
         ),
     log:
-        "results/logs/plot_summary.log",
+        LAYOUT.log("plot_summary"),
     params:
-        runs=runs(),
-        plots=plot_options(),
+        runs=list(EXPANDED.runs),
+        plots=plot_options(config),
     script:
         "../scripts/plot_summary.py"

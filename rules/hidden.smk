@@ -4,12 +4,12 @@
 
 rule extract_hidden:
     input:
-        tokens="results/tokens/{model}/{dataset}.parquet",
-        model="results/models/{model}",
+        tokens=LAYOUT.tokens(),
+        model=LAYOUT.model(),
     output:
-        directory("results/hidden/{model}/{dataset}"),
+        directory(LAYOUT.hidden()),
     log:
-        "results/logs/extract_hidden/{model}/{dataset}.log",
+        LAYOUT.log("extract_hidden", "{model}", "{dataset}"),
     threads: 4
     resources:
         **needs(PLANNER.extract_hidden),

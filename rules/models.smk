@@ -6,9 +6,9 @@ rule prepare_model:
     input:
         trained_weights,
     output:
-        directory("results/models/{model}"),
+        directory(LAYOUT.model()),
     log:
-        "results/logs/prepare_model/{model}.log",
+        LAYOUT.log("prepare_model", "{model}"),
     params:
         model=model_preparation,
     script:
@@ -19,7 +19,7 @@ rule prepare_model:
 # the config needs (GPUs, host memory, disk, runtime) before anything runs.
 rule estimate:
     log:
-        "results/logs/estimate.log",
+        LAYOUT.log("estimate"),
     localrule: True
     script:
         "../scripts/estimate.py"

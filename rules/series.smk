@@ -4,52 +4,52 @@
 
 rule summarize_series:
     input:
-        series_inputs,
+        unpack(series_inputs),
     output:
         summary=report(
-            "results/series/{series}/summary.csv",
+            f"{LAYOUT.series()}/summary.csv",
             caption="../report/series_summary.rst",
             category="Series",
             subcategory="{series}",
         ),
         fits=report(
-            "results/series/{series}/fits.csv",
+            f"{LAYOUT.series()}/fits.csv",
             caption="../report/series_fits.rst",
             category="Series",
             subcategory="{series}",
         ),
     log:
-        "results/logs/summarize_series/{series}.log",
+        LAYOUT.log("summarize_series", "{series}"),
     params:
-        members=series_member_files,
-        x=lambda wildcards: config["series"][wildcards.series]["x"],
-        norm=SERIES_NORM,
+        members=series_summary_members,
+        x=series_x,
+        norm=series_norm(config),
     script:
         "../scripts/summarize_series.py"
 
 
 rule plot_series:
     input:
-        summary="results/series/{series}/summary.csv",
-        fits="results/series/{series}/fits.csv",
+        summary=f"{LAYOUT.series()}/summary.csv",
+        fits=f"{LAYOUT.series()}/fits.csv",
     output:
         quantities=report(
-            f"results/series/{{series}}/quantities.{PLOT_FORMAT}",
+            f"{LAYOUT.series()}/quantities.{PLOT_FORMAT}",
             caption="../report/series_quantities.rst",
             category="Series",
             subcategory="{series}",
         ),
         generalisation=report(
-            f"results/series/{{series}}/generalisation.{PLOT_FORMAT}",
+            f"{LAYOUT.series()}/generalisation.{PLOT_FORMAT}",
             caption="../report/series_generalisation.rst",
             category="Series",
             subcategory="{series}",
         ),
     log:
-        "results/logs/plot_series/{series}.log",
+        LAYOUT.log("plot_series", "{series}"),
     params:
-        plots=plot_options(),
-        x=lambda wildcards: config["series"][wildcards.series]["x"],
+        plots=plot_options(config),
+        x=series_x,
         title="{series}",
     script:
         "../scripts/plot_series.py"

@@ -4,12 +4,12 @@
 
 rule tokenize_corpus:
     input:
-        model="results/models/{model}",
+        model=LAYOUT.model(),
         exclude=excluded_sentences,
     output:
-        directory("results/signatures/{model}/{dataset}/shards"),
+        directory(f"{LAYOUT.signatures()}/shards"),
     log:
-        "results/logs/tokenize_corpus/{model}/{dataset}.log",
+        LAYOUT.log("tokenize_corpus", "{model}", "{dataset}"),
     wildcard_constraints:
         dataset=DATASET_KEYS,
     params:
@@ -22,12 +22,12 @@ rule tokenize_corpus:
 
 rule count_tokens:
     input:
-        shards="results/signatures/{model}/{dataset}/shards",
+        shards=f"{LAYOUT.signatures()}/shards",
     output:
-        unigrams="results/signatures/{model}/{dataset}/unigrams.parquet",
-        bigrams="results/signatures/{model}/{dataset}/bigrams.parquet",
+        unigrams=f"{LAYOUT.signatures()}/unigrams.parquet",
+        bigrams=f"{LAYOUT.signatures()}/bigrams.parquet",
     log:
-        "results/logs/count_tokens/{model}/{dataset}.log",
+        LAYOUT.log("count_tokens", "{model}", "{dataset}"),
     wildcard_constraints:
         dataset=DATASET_KEYS,
     threads: 2
@@ -42,10 +42,10 @@ rule pool_counts:
         unigrams=pool_members("unigrams"),
         bigrams=pool_members("bigrams"),
     output:
-        unigrams="results/signatures/{model}/{dataset}/unigrams.parquet",
-        bigrams="results/signatures/{model}/{dataset}/bigrams.parquet",
+        unigrams=f"{LAYOUT.signatures()}/unigrams.parquet",
+        bigrams=f"{LAYOUT.signatures()}/bigrams.parquet",
     log:
-        "results/logs/pool_counts/{model}/{dataset}.log",
+        LAYOUT.log("pool_counts", "{model}", "{dataset}"),
     wildcard_constraints:
         dataset=POOL_KEYS,
     threads: 2
@@ -57,22 +57,22 @@ rule pool_counts:
 
 rule compare_signatures:
     input:
-        unigrams=lambda wildcards: f"{counts_folder(wildcards.model, wildcards.dataset)}/unigrams.parquet",
-        bigrams=lambda wildcards: f"{counts_folder(wildcards.model, wildcards.dataset)}/bigrams.parquet",
-        model="results/models/{model}",
+        unigrams=tokenizer_counts("unigrams"),
+        bigrams=tokenizer_counts("bigrams"),
+        model=LAYOUT.model(),
     output:
         rcos=report(
-            "results/signatures/{model}/{dataset}/rcos.csv",
+            f"{LAYOUT.signatures()}/rcos.csv",
             caption="../report/rcos.rst",
             category="Probability signatures",
             subcategory="{model} on {dataset}",
         ),
-        per_token="results/signatures/{model}/{dataset}/per_token.parquet",
-        percentiles="results/signatures/{model}/{dataset}/percentiles.csv",
-        views="results/signatures/{model}/{dataset}/views.npz",
-        summary="results/signatures/{model}/{dataset}/summary.json",
+        per_token=f"{LAYOUT.signatures()}/per_token.parquet",
+        percentiles=f"{LAYOUT.signatures()}/percentiles.csv",
+        views=f"{LAYOUT.signatures()}/views.npz",
+        summary=f"{LAYOUT.signatures()}/summary.json",
     log:
-        "results/logs/compare_signatures/{model}/{dataset}.log",
+        LAYOUT.log("compare_signatures", "{model}", "{dataset}"),
     params:
         top_tokens=config["signatures"]["top_tokens"],
         per_token_diagonal=config["signatures"]["per_token_diagonal"],
@@ -82,13 +82,13 @@ rule compare_signatures:
 
 rule plot_signatures:
     input:
-        views="results/signatures/{model}/{dataset}/views.npz",
-        per_token="results/signatures/{model}/{dataset}/per_token.parquet",
-        percentiles="results/signatures/{model}/{dataset}/percentiles.csv",
+        views=f"{LAYOUT.signatures()}/views.npz",
+        per_token=f"{LAYOUT.signatures()}/per_token.parquet",
+        percentiles=f"{LAYOUT.signatures()}/percentiles.csv",
     output:
         **{
             name: report(
-                f"results/signatures/{{model}}/{{dataset}}/{name}.{PLOT_FORMAT}",
+                f"{LAYOUT.signatures()}/{name}.{PLOT_FORMAT}",
                 caption=f"../report/signatures_{name}.rst",
                 category="Probability signatures",
                 subcategory="{model} on {dataset}",
@@ -96,9 +96,9 @@ rule plot_signatures:
             for name in SIGNATURE_FIGURES
         },
     log:
-        "results/logs/plot_signatures/{model}/{dataset}.log",
+        LAYOUT.log("plot_signatures", "{model}", "{dataset}"),
     params:
-        plots=plot_options("signatures"),
+        plots=plot_options(config, "signatures"),
         title="{model} on {dataset}",
     script:
         "../scripts/plot_signatures.py"
@@ -106,38 +106,32 @@ rule plot_signatures:
 
 rule compare_corpora:
     input:
-        rcos=lambda wildcards: [
-            f"{signature_folder(wildcards.model, corpus)}/rcos.csv"
-            for corpus in signature_corpora(wildcards.model)
-        ],
-        per_token=lambda wildcards: [
-            f"{signature_folder(wildcards.model, corpus)}/per_token.parquet"
-            for corpus in signature_corpora(wildcards.model)
-        ],
+        rcos=corpus_files("rcos.csv"),
+        per_token=corpus_files("per_token.parquet"),
     output:
         rcos=report(
-            "results/signatures/{model}/rcos_by_corpus.csv",
+            f"{LAYOUT.corpus_comparison()}/rcos_by_corpus.csv",
             caption="../report/signatures_rcos_by_corpus_table.rst",
             category="Probability signatures",
             subcategory="{model} across corpora",
         ),
         rcos_figure=report(
-            f"results/signatures/{{model}}/rcos_by_corpus.{PLOT_FORMAT}",
+            f"{LAYOUT.corpus_comparison()}/rcos_by_corpus.{PLOT_FORMAT}",
             caption="../report/signatures_rcos_by_corpus.rst",
             category="Probability signatures",
             subcategory="{model} across corpora",
         ),
         per_token_figure=report(
-            f"results/signatures/{{model}}/per_token_by_corpus.{PLOT_FORMAT}",
+            f"{LAYOUT.corpus_comparison()}/per_token_by_corpus.{PLOT_FORMAT}",
             caption="../report/signatures_per_token_by_corpus.rst",
             category="Probability signatures",
             subcategory="{model} across corpora",
         ),
     log:
-        "results/logs/compare_corpora/{model}.log",
+        LAYOUT.log("compare_corpora", "{model}"),
     params:
-        corpora=lambda wildcards: signature_corpora(wildcards.model),
-        plots=plot_options("signatures"),
+        corpora=signature_corpora,
+        plots=plot_options(config, "signatures"),
         title="{model}",
     script:
         "../scripts/compare_corpora.py"

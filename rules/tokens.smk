@@ -3,12 +3,12 @@
 
 rule tokenize:
     input:
-        sentences="results/corpus/{dataset}/sentences.parquet",
-        model="results/models/{model}",
+        sentences=LAYOUT.sentences(),
+        model=LAYOUT.model(),
     output:
-        "results/tokens/{model}/{dataset}.parquet",
+        LAYOUT.tokens(),
     log:
-        "results/logs/tokenize/{model}/{dataset}.log",
+        LAYOUT.log("tokenize", "{model}", "{dataset}"),
     params:
         max_tokens=lambda wildcards: dataset_config(wildcards)["max_tokens"],
         min_tokens=lambda wildcards: dataset_config(wildcards)["min_tokens"],

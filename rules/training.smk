@@ -4,40 +4,42 @@
 
 rule train_model:
     input:
-        corpus=lambda wildcards: sentences_of(training_config(wildcards)["dataset"]),
+        corpus=lambda wildcards: LAYOUT.sentences(training_config(wildcards)["dataset"]),
         held_out=held_out_sentences,
-        tokenizer=lambda wildcards: f"results/models/{training_config(wildcards)['tokenizer']}",
+        tokenizer=lambda wildcards: LAYOUT.model(
+            training_config(wildcards)["tokenizer"]
+        ),
     output:
-        curve="results/training/{training}/curve.csv",
-        checkpoints="results/training/{training}/checkpoints.csv",
-        summary="results/training/{training}/training.json",
+        curve=f"{LAYOUT.training()}/curve.csv",
+        checkpoints=LAYOUT.checkpoint_manifest(),
+        summary=f"{LAYOUT.training()}/training.json",
     log:
-        "results/logs/train_model/{training}.log",
+        LAYOUT.log("train_model", "{training}"),
     threads: 4
     resources:
         **needs(PLANNER.train_model),
     params:
         training=training_config,
-        checkpoint_folder=lambda wildcards: checkpoint_folder(wildcards.training),
+        checkpoint_folder=lambda wildcards: LAYOUT.checkpoints(wildcards.training),
     script:
         "../scripts/train_model.py"
 
 
 rule plot_training:
     input:
-        curve="results/training/{training}/curve.csv",
-        summary="results/training/{training}/training.json",
+        curve=f"{LAYOUT.training()}/curve.csv",
+        summary=f"{LAYOUT.training()}/training.json",
     output:
         report(
-            f"results/training/{{training}}/curve.{PLOT_FORMAT}",
+            f"{LAYOUT.training()}/curve.{PLOT_FORMAT}",
             caption="../report/training_curve.rst",
             category="Training",
             subcategory="{training}",
         ),
     log:
-        "results/logs/plot_training/{training}.log",
+        LAYOUT.log("plot_training", "{training}"),
     params:
-        plots=plot_options(),
+        plots=plot_options(config),
         title="{training}",
     script:
         "../scripts/plot_training.py"

@@ -17,8 +17,10 @@ def main() -> None:
         [pl.read_parquet(path) for path in snakemake.input.per_token], params.corpora
     )
     write_csv(output.rcos, rcos)
-    plot_rcos_by_corpus(rcos, params.title, output.rcos_figure, params.plots)
-    plot_per_token_by_corpus(per_token, params.title, output.per_token_figure, params.plots)
+    plot_rcos_by_corpus(rcos, path=output.rcos_figure, title=params.title, options=params.plots)
+    plot_per_token_by_corpus(
+        per_token, path=output.per_token_figure, title=params.title, options=params.plots
+    )
 
 
 run_logged(main, snakemake.log[0])

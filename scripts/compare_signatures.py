@@ -8,6 +8,7 @@ from layerlaws.core.atomic import write_csv, write_json, write_npz, write_parque
 from layerlaws.core.logs import run_logged
 from layerlaws.models.loading import embedding_matrices, load_tokenizer
 from layerlaws.signatures.comparison import compare_with_embeddings
+from layerlaws.signatures.settings import SignatureSettings
 
 
 def main() -> None:
@@ -16,12 +17,11 @@ def main() -> None:
     result = compare_with_embeddings(
         pl.read_parquet(snakemake.input.unigrams),
         pl.read_parquet(snakemake.input.bigrams),
-        input_embeddings,
-        output_embeddings,
-        tied,
-        snakemake.params.top_tokens,
-        lambda token: tokenizer.decode([token]),
-        snakemake.params.per_token_diagonal,
+        input_embeddings=input_embeddings,
+        output_embeddings=output_embeddings,
+        tied=tied,
+        decode=lambda token: tokenizer.decode([token]),
+        settings=SignatureSettings.from_params(snakemake.params),
     )
     logging.getLogger("layerlaws").info("%s\nR_cos:\n%s", result.summary, result.rcos)
     write_csv(snakemake.output.rcos, result.rcos)

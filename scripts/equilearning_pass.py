@@ -12,6 +12,7 @@ from layerlaws.core.atomic import write_csv, write_json, write_npz
 from layerlaws.core.logs import run_logged
 from layerlaws.equilearning.evaluation import HeldOutEvaluation
 from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness_classes
+from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.equilearning.statistics import EquilearningStatistics, check_enough_rows
 from layerlaws.equilearning.token_views import (
     TokenViews,
@@ -30,34 +31,35 @@ from layerlaws.pipeline.execution import Execution
 def main() -> None:
     log = logging.getLogger("layerlaws")
     execution, params = Execution.from_config(snakemake.config), snakemake.params
+    settings = EquilearningSettings.from_params(params)
     facts = read_facts(snakemake.input.model)
     tokenizer = load_tokenizer(snakemake.input.model)
     probe = probe_of(params.probe, facts.model_type)
     tokens = probe_tokens(
         pl.read_parquet(snakemake.input.tokens),
-        probe,
-        facts.vocab_size,
-        tokenizer.mask_token_id,
-        params.masking,
-        params.special_tokens,
+        probe=probe,
+        vocab_size=facts.vocab_size,
+        mask_token_id=tokenizer.mask_token_id,
+        masking=settings.masking,
+        special_tokens=settings.special_tokens,
     )
     target_offset = TARGET_OFFSETS[probe]
-    check_enough_rows(tokens, params.offsets, facts.hidden_size)
+    check_enough_rows(tokens, settings.offsets, facts.hidden_size)
     statistics = EquilearningStatistics(
-        facts, params.offsets, params.norms, params.controls, params.shuffle_seed
+        facts, settings.offsets, settings.norms, settings.controls, settings.shuffle_seed
     )
     evaluation = HeldOutEvaluation(target_offset)
     classes = fuzziness_classes(
-        tokens, params.fuzziness["min_rows"], params.fuzziness["max_classes"], target_offset
+        tokens, settings.fuzziness.min_rows, settings.fuzziness.max_classes, target_offset
     )
-    fuzziness = SeparationFuzziness(facts, params.norms, classes, target_offset)
-    views_config = params.token_views
-    word_ids = word_token_ids(views_config["groups"], tokenizer)
+    fuzziness = SeparationFuzziness(facts, settings.norms, classes, target_offset)
+    views_settings = settings.token_views
+    word_ids = word_token_ids(views_settings.groups, tokenizer)
     views = TokenViews(
         facts,
-        ViewedRows.choose(tokens, word_ids, views_config["max_rows"]),
-        views_config["layers"] or default_layers(facts.num_layers),
-        views_config["norm"],
+        ViewedRows.choose(tokens, word_ids, views_settings.max_rows),
+        views_settings.layers or default_layers(facts.num_layers),
+        views_settings.norm,
     )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
@@ -78,11 +80,11 @@ def main() -> None:
             claim.device,
             logit_observers=[evaluation],
         )
-    write_csv(snakemake.output.pr, statistics.table(params.cutoff))
+    write_csv(snakemake.output.pr, statistics.table(settings.cutoff))
     held_out = evaluation.table()
     write_csv(snakemake.output.evaluation, held_out)
-    write_csv(snakemake.output.fuzziness, fuzziness.table(params.cutoff))
-    write_csv(snakemake.output.token_views, views.table(views_config["groups"]))
+    write_csv(snakemake.output.fuzziness, fuzziness.table(settings.cutoff))
+    write_csv(snakemake.output.token_views, views.table(views_settings.groups))
     write_npz(snakemake.output.token_states, views.arrays())
     write_json(snakemake.output.report, {**asdict(facts), **report, "probe": probe})
     log.info(

@@ -6,7 +6,7 @@ from layerlaws.pipeline.planning import JobPlanner, plan_table
 
 
 def main() -> None:
-    print(plan_table(JobPlanner(snakemake.config).plan()), flush=True)
+    print(plan_table(JobPlanner.from_config(snakemake.config).plan()), flush=True)
 
 
 run_logged(main, snakemake.log[0])

@@ -8,8 +8,10 @@ import torch
 
 from layerlaws.core.atomic import atomic_path
 from layerlaws.core.logs import run_logged
+from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.forward.kept_writer import extract_hidden_states
 from layerlaws.forward.masking import probe_of, probe_tokens
+from layerlaws.forward.settings import MaskingSettings
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
@@ -21,11 +23,11 @@ def main() -> None:
     facts = read_facts(snakemake.input.model)
     tokens = probe_tokens(
         pl.read_parquet(snakemake.input.tokens),
-        probe_of(params.probe, facts.model_type),
-        facts.vocab_size,
-        load_tokenizer(snakemake.input.model).mask_token_id,
-        params.masking,
-        params.special_tokens,
+        probe=probe_of(params.probe, facts.model_type),
+        vocab_size=facts.vocab_size,
+        mask_token_id=load_tokenizer(snakemake.input.model).mask_token_id,
+        masking=MaskingSettings.from_config(params.masking),
+        special_tokens=params.special_tokens,
     )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
@@ -42,10 +44,10 @@ def main() -> None:
                 model,
                 facts,
                 tokens,
-                folder,
-                execution.batch_size,
-                claim.device,
-                storage_dtype=params.dtype if params.storage_dtype == "compute" else "float32",
+                out_folder=folder,
+                batch_size=execution.batch_size,
+                device=claim.device,
+                storage_dtype=storage_dtype(params.dtype, params.storage_dtype),
                 shard_rows=execution.hidden_state_shard_rows,
             )
 

@@ -1,6 +1,6 @@
 """Snakemake entry point: block coupling and trajectories of a prompt set, for the trained
 model and its randomly initialised twin, or for a training checkpoint its own step-0
-weights (results/coupling/…, results/trajectories/…)."""
+weights (results/coupling/{model}/{prompts}/, trajectories in its trajectories/)."""
 
 import logging
 
@@ -9,7 +9,8 @@ import torch
 
 from layerlaws.core.atomic import write_csv, write_npz
 from layerlaws.core.logs import run_logged
-from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt_set
+from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import coupling_twins, load_tokenizer, plan_placement
@@ -20,6 +21,7 @@ from layerlaws.text.tokens import tokenize_prompts
 
 def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
+    settings = CouplingSettings.from_params(params)
     prompt_set, output = params.prompts, snakemake.output
     facts = read_facts(snakemake.input.model)
     samples = [pl.read_parquet(path) for path in snakemake.input.sentences]
@@ -28,11 +30,7 @@ def main() -> None:
     prompts = tokenize_prompts(
         texts, tokenizer, prompt_set["max_tokens"], prompt_set["too_long"], facts.max_positions
     )
-    token_coupling = TokenCoupling(
-        tuple(layer_pairs(params.token_layers, facts.num_layers)),
-        params.fixed_input_token,
-        params.fixed_output_token,
-    )
+    token_coupling = TokenCoupling.of(settings, facts.num_layers)
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -48,19 +46,16 @@ def main() -> None:
             snakemake.input.initial[0] if snakemake.input.initial else None,
             params.dtype,
             placement,
-            params.init_seed,
+            settings.init_seed,
         )
         result = measure_prompt_set(
             twins,
             prompts,
-            [tokenizer.convert_ids_to_tokens(ids) for ids in prompts],
-            token_coupling,
-            params.ks,
-            params.svd,
-            execution.vjp_chunk,
-            params.lss_window,
-            params.final_norm == "in_last_block",
-            claim.device,
+            labels=[tokenizer.convert_ids_to_tokens(ids) for ids in prompts],
+            token_coupling=token_coupling,
+            settings=settings,
+            vjp_chunk=execution.vjp_chunk,
+            device=claim.device,
         )
     write_csv(output.depth, result.depth)
     write_csv(output.singular_values, result.singular_values)

@@ -20,18 +20,18 @@ def main() -> None:
     depth = pl.read_csv(snakemake.input.depth, schema_overrides={"prompt": pl.String})
     tokens = pl.read_csv(snakemake.input.tokens, schema_overrides={"prompt": pl.String})
     trajectories = pl.read_csv(snakemake.input.trajectories, schema_overrides={"prompt": pl.String})
-    plot_depth(depth, title, output.depth, options)
-    plot_tokens(tokens, title, output.tokens, options)
-    plot_adjacency(depth, title, output.adjacency, options)
-    plot_shape(trajectories, title, output.shape, options)
+    plot_depth(depth, path=output.depth, title=title, options=options)
+    plot_tokens(tokens, path=output.tokens, title=title, options=options)
+    plot_adjacency(depth, path=output.adjacency, title=title, options=options)
+    plot_shape(trajectories, path=output.shape, title=title, options=options)
     singular_values = pl.read_csv(
         snakemake.input.singular_values, schema_overrides={"prompt": pl.String}
     )
-    plot_singular_values(singular_values, title, output.singular_values, options)
+    plot_singular_values(singular_values, path=output.singular_values, title=title, options=options)
     layers = pl.read_csv(snakemake.input.layers, schema_overrides={"prompt": pl.String})
-    plot_layers(layers, title, output.layers, options)
+    plot_layers(layers, path=output.layers, title=title, options=options)
     with np.load(snakemake.input.streams) as archive:
-        plot_pca(dict(archive), title, output.pca, options)
+        plot_pca(dict(archive), path=output.pca, title=title, options=options)
 
 
 run_logged(main, snakemake.log[0])

@@ -10,9 +10,9 @@ from layerlaws.equilearning.plots import plot_fuzziness, plot_law, plot_norms, p
 def main() -> None:
     pr = pl.read_csv(snakemake.input.pr)
     law = pl.read_csv(snakemake.input.law)
-    options = snakemake.params.plots
-    plot_law(pr, law, snakemake.output.law, snakemake.params.title, options)
-    plot_norms(pr, law, snakemake.output.norms, snakemake.params.title, options)
+    options, title, output = snakemake.params.plots, snakemake.params.title, snakemake.output
+    plot_law(pr, law, path=output.law, title=title, options=options)
+    plot_norms(pr, law, path=output.norms, title=title, options=options)
     fuzziness = pl.read_csv(snakemake.input.fuzziness)
     fuzziness_law = pl.read_csv(snakemake.input.fuzziness_law)
     plot_fuzziness(
@@ -20,12 +20,12 @@ def main() -> None:
         law,
         fuzziness,
         fuzziness_law,
-        snakemake.output.fuzziness,
-        snakemake.params.title,
-        options,
+        path=output.fuzziness,
+        title=title,
+        options=options,
     )
     views = pl.read_csv(snakemake.input.token_views)
-    plot_token_views(views, snakemake.output.token_views, snakemake.params.title, options)
+    plot_token_views(views, path=output.token_views, title=title, options=options)
 
 
 run_logged(main, snakemake.log[0])

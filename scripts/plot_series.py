@@ -10,8 +10,12 @@ def main() -> None:
     params, output = snakemake.params, snakemake.output
     summary = pl.read_csv(snakemake.input.summary, infer_schema_length=None)
     fits = pl.read_csv(snakemake.input.fits, schema_overrides={"dataset": pl.String})
-    plot_quantities(summary, params.x, output.quantities, params.plots, params.title)
-    plot_generalisation(summary, fits, output.generalisation, params.plots, params.title)
+    plot_quantities(
+        summary, params.x, path=output.quantities, title=params.title, options=params.plots
+    )
+    plot_generalisation(
+        summary, fits, path=output.generalisation, title=params.title, options=params.plots
+    )
 
 
 run_logged(main, snakemake.log[0])

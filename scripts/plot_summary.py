@@ -12,7 +12,7 @@ def main() -> None:
         for (model, dataset), path in zip(snakemake.params.runs, snakemake.input.pr, strict=True)
     }
     summary = pl.read_csv(snakemake.input.summary)
-    plot_summary(tables, summary, snakemake.output[0], snakemake.params.plots)
+    plot_summary(tables, summary, path=snakemake.output[0], options=snakemake.params.plots)
 
 
 run_logged(main, snakemake.log[0])

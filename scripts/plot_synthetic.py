@@ -18,10 +18,10 @@ def main() -> None:
         dict(zip(tasks, paths.signatures, strict=True)),
     )
     options, output = snakemake.params.plots, snakemake.output
-    plot_dynamics(records, output.dynamics, options)
-    plot_embedding_heatmaps(weights, output.embeddings, options)
-    plot_signatures(signatures, weights, output.signatures, options)
-    plot_unembedding(signatures, weights, output.unembedding, options)
+    plot_dynamics(records, path=output.dynamics, options=options)
+    plot_embedding_heatmaps(weights, path=output.embeddings, options=options)
+    plot_signatures(signatures, weights, path=output.signatures, options=options)
+    plot_unembedding(signatures, weights, path=output.unembedding, options=options)
 
 
 run_logged(main, snakemake.log[0])

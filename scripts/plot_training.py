@@ -16,9 +16,9 @@ def main() -> None:
         curve,
         summary["unigram_entropy"],
         summary["held_out_unigram_loss"],
-        snakemake.output[0],
-        snakemake.params.plots,
-        snakemake.params.title,
+        path=snakemake.output[0],
+        title=snakemake.params.title,
+        options=snakemake.params.plots,
     )
 
 

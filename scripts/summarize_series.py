@@ -2,15 +2,34 @@
 (results/series/{series}/summary.csv, fits.csv)."""
 
 import logging
+from pathlib import Path
+from typing import Any
 
 from layerlaws.core.atomic import write_csv
 from layerlaws.core.logs import run_logged
+from layerlaws.models.metadata import MODEL_METADATA
 from layerlaws.series.summary import coupling_fits, series_summary
+
+
+def member_paths(member: dict[str, Any], input: Any) -> dict[str, Any]:
+    """A member of the ``members`` param with its input names replaced by their files."""
+
+    def path(name: str | None) -> str | None:
+        return None if name is None else getattr(input, name)
+
+    return {
+        **member,
+        "facts": str(Path(path(member["facts"])) / MODEL_METADATA),
+        "law": {dataset: path(name) for dataset, name in member["law"].items()},
+        "evaluation": {dataset: path(name) for dataset, name in member["evaluation"].items()},
+        **{kind: path(member[kind]) for kind in ("depth", "trajectories", "rcos")},
+    }
 
 
 def main() -> None:
     params = snakemake.params
-    summary = series_summary(params.members, params.x, params.norm)
+    members = [member_paths(member, snakemake.input) for member in params.members]
+    summary = series_summary(members, params.x, params.norm)
     fits = coupling_fits(summary)
     write_csv(snakemake.output.summary, summary)
     write_csv(snakemake.output.fits, fits)

@@ -8,13 +8,14 @@ import polars as pl
 
 from layerlaws.core.atomic import write_csv, write_npz
 from layerlaws.core.logs import run_logged
-from layerlaws.synthetic.tasks import AdditionTask, generate, signature_table, signatures
+from layerlaws.synthetic.settings import SyntheticDataSettings
+from layerlaws.synthetic.tasks import generate, signature_table, signatures
 
 
 def main() -> None:
-    settings, output = snakemake.params.settings, snakemake.output
-    task = AdditionTask.of(snakemake.wildcards.task, settings["anchors"], settings["keys"])
-    data = generate(task, settings["n_samples"], settings["test_fraction"], settings["data_seed"])
+    settings, output = SyntheticDataSettings.from_params(snakemake.params), snakemake.output
+    task = settings.task(snakemake.wildcards.task)
+    data = generate(task, settings.n_samples, settings.test_fraction, settings.data_seed)
     write_npz(output.data, asdict(data))
     found = signatures(task, data.train_inputs, data.train_labels)
     write_npz(output.signatures, {**asdict(found), "anchors": np.array(task.anchors)})

@@ -50,9 +50,9 @@ def main() -> None:
             model_config(spec, tokenizer),
             tokenizer,
             sequences,
-            held_out,
-            params.checkpoint_folder,
-            claim.device,
+            held_out=held_out,
+            folder=params.checkpoint_folder,
+            device=claim.device,
         )
     write_csv(output.curve, pl.DataFrame(run.curve, infer_schema_length=None))
     write_csv(output.checkpoints, pl.DataFrame(run.checkpoints).drop("fingerprint"))

@@ -8,14 +8,15 @@ import scipy.stats
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.geometry import principal_plane
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt
 from layerlaws.coupling.miscoupling import miscoupling, miscoupling_matrix
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
     expodistance,
     line_shape_score,
-    pca_projection,
     windowed_line_shape,
 )
 from layerlaws.models.architectures import norm_module
@@ -72,7 +73,7 @@ def test_trace_gives_the_residual_stream_with_the_final_norm_in_the_last_block(t
 
 
 def test_last_jacobian_includes_the_final_norm(traced):
-    """Paper 004, Eq. 7: J^L is the Jacobian of LN(x + f(x)) − x, checked against
+    """Aubry et al., Eq. 7: J^L is the Jacobian of LN(x + f(x)) − x, checked against
     torch.autograd.functional.jacobian of that function built from the bare block."""
     model, _, calls, streams = traced
     stream = streams[3]
@@ -155,7 +156,8 @@ def test_line_shape_windows_are_centred_and_cut_at_the_ends():
     assert expodistance(geometric) == pytest.approx(0.0, abs=1e-20)
     uneven = units * np.array([1, 2, 2.5, 10, 11, 30, 31, 100])[:, None]
     assert expodistance(uneven) > 0.1
-    assert pca_projection(rng.normal(size=(3, 8, 16))).shape == (3, 8, 2)
+    trajectories = rng.normal(size=(3, 8, 16))
+    assert principal_plane(trajectories, trajectories[:, -1]).shape == (3, 8, 2)
 
 
 def test_equidistance_cv_is_zero_for_equal_steps_and_matches_scipy():
@@ -176,7 +178,8 @@ def test_token_coupling_between_two_layers_with_fixed_tokens(traced):
     model, ids, calls, streams = traced
     length = ids.shape[1]
     coupling = TokenCoupling(((2, 4),), fixed_input_token=2, fixed_output_token=-2)
-    measured = measure_prompt(model, ids, coupling, [3], vjp_chunk=16, lss_window=3)
+    settings = CouplingSettings(ks=(3,), lss_window=3)
+    measured = measure_prompt(model, ids, token_coupling=coupling, settings=settings, vjp_chunk=16)
     rows = {
         (row["kind"], row["token_a"], row["token_b"]): row["miscoupling"] for row in measured.tokens
     }
@@ -198,7 +201,12 @@ def test_token_coupling_between_two_layers_with_fixed_tokens(traced):
             assert rows[(kind, token_a, token_b)] == pytest.approx(expected, rel=1e-4)
     assert len(measured.layers) == length * 5
     with pytest.raises(LayerlawsError, match="fixed_output_token is 40"):
-        measure_prompt(model, ids, TokenCoupling(((1, 1),), fixed_output_token=40), [2])
+        measure_prompt(
+            model,
+            ids,
+            token_coupling=TokenCoupling(((1, 1),), fixed_output_token=40),
+            settings=CouplingSettings(ks=(2,)),
+        )
     assert layer_pairs([3, [1, 4]], 4) == [(3, 3), (1, 4)]
     assert layer_pairs([], 4) == [(2, 2)]
     with pytest.raises(LayerlawsError, match="beyond the model's 4"):
@@ -215,7 +223,7 @@ def test_pca_is_fitted_on_the_last_layer():
     spread = rng.normal(size=tokens)
     trajectories[:, -1, 0] = spread
     trajectories[:, -1, 2] = 0.1 * rng.normal(size=tokens)
-    projected = pca_projection(trajectories)
+    projected = principal_plane(trajectories, fitted_on=trajectories[:, -1])
     last = trajectories[:, -1, :]
     centred = last - last.mean(axis=0)
     reference = np.linalg.svd(centred, full_matrices=False)[2][:2]

@@ -22,6 +22,7 @@ from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import HiddenStateWriter
 from layerlaws.forward.masking import TARGET_OFFSETS, mask_tokens, probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass, text_rows
+from layerlaws.forward.settings import MaskingSettings
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
@@ -113,7 +114,12 @@ def test_masked_lm_probe_regresses_only_the_masked_positions(encoder):
     _, root, facts, tokens = encoder
     tokenizer = load_tokenizer(root / "m")
     masked = probe_tokens(
-        tokens, "masked_lm", facts.vocab_size, tokenizer.mask_token_id, {"rate": 0.3, "seed": 2}
+        tokens,
+        probe="masked_lm",
+        vocab_size=facts.vocab_size,
+        mask_token_id=tokenizer.mask_token_id,
+        masking=MaskingSettings(rate=0.3, seed=2),
+        special_tokens="exclude",
     )
     statistics = EquilearningStatistics(facts, OFFSETS, ["model"], ["none"], shuffle_seed=0)
     evaluation = HeldOutEvaluation(TARGET_OFFSETS["masked_lm"])

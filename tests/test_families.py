@@ -109,7 +109,15 @@ def test_family_is_measured_right(family, tokenizer, tokens, tmp_path):
     assert 0 < facts.norm_eps < 1e-3
 
     model = load_model(tmp_path / "m", "float32", "cpu")
-    extract_hidden_states(model, facts, tokens, tmp_path / "hidden", 3, "cpu", progress=False)
+    extract_hidden_states(
+        model,
+        facts,
+        tokens,
+        out_folder=tmp_path / "hidden",
+        batch_size=3,
+        device="cpu",
+        progress=False,
+    )
     hidden = HiddenStates.open(tmp_path / "hidden")
     assert hidden.num_layers == 2
     first_diff = last_diff = 0.0

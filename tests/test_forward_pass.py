@@ -36,7 +36,14 @@ def extracted(folder, texts, tmp_path, batch_size, **options):
     facts, tokens = tokenised(folder, texts, tmp_path)
     model = load_model(tmp_path / "m", "float32", "cpu")
     extract_hidden_states(
-        model, facts, tokens, tmp_path / "hidden", batch_size, "cpu", progress=False, **options
+        model,
+        facts,
+        tokens,
+        out_folder=tmp_path / "hidden",
+        batch_size=batch_size,
+        device="cpu",
+        progress=False,
+        **options,
     )
     return model, tokens, HiddenStates.open(tmp_path / "hidden")
 
@@ -164,7 +171,7 @@ def test_bfloat16_pass_is_close_to_float32(llama_folder, texts, tmp_path):
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "b")
     half = load_model(tmp_path / "b", "bfloat16", "cpu")
     metadata = extract_hidden_states(
-        half, facts, tokens, tmp_path / "h16", 2, "cpu", progress=False
+        half, facts, tokens, out_folder=tmp_path / "h16", batch_size=2, device="cpu", progress=False
     )
     assert metadata["compute_dtype"] == "bfloat16"
     states = HiddenStates.open(tmp_path / "h16")

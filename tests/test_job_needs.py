@@ -51,7 +51,17 @@ def test_a_13b_model_is_sized_from_its_config_alone(llama_13b):
 def test_the_pass_of_a_13b_model_needs_what_hand_arithmetic_says(llama_13b, gpus):
     size = config_size(llama_13b)
     needs = equilearning_pass_needs(
-        size, "bfloat16", 200 * 512, 8 * 512, OFFSETS, NORMS, CONTROLS, True, gpus, 80, 1000
+        size=size,
+        dtype="bfloat16",
+        n_tokens=200 * 512,
+        batch_tokens=8 * 512,
+        offsets=OFFSETS,
+        norms=NORMS,
+        controls=CONTROLS,
+        on_gpu=True,
+        gpus=gpus,
+        gpu_memory_gb=80,
+        fuzziness_classes=1000,
     )
     width = 5120 + 4 * 2
     statistics = (40 * 3 + 1) * (1 + 3) * (width * width + width) * 8

@@ -132,3 +132,16 @@ def test_embeddings_are_read_without_building_the_model(llama_folder, gpt2_folde
             np.testing.assert_array_equal(output_weights, expected[name][1])
     finally:
         AutoModelForCausalLM.from_pretrained = original
+
+
+def test_the_trainable_families_are_rows_of_the_table_and_what_the_config_accepts():
+    import yaml
+
+    from layerlaws.models.architectures import ARCHITECTURES
+    from layerlaws.training.plan import TRAINABLE_FAMILIES
+
+    schema = yaml.safe_load((Path(__file__).parents[1] / "schemas/config.schema.yaml").read_text())
+    training = schema["properties"]["training"]["additionalProperties"]["properties"]
+    assert tuple(training["architecture"]["enum"]) == TRAINABLE_FAMILIES
+    assert set(TRAINABLE_FAMILIES) <= set(ARCHITECTURES)
+    assert all(ARCHITECTURES[family].objective == "causal" for family in TRAINABLE_FAMILIES)

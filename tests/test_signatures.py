@@ -4,14 +4,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from layerlaws.core.geometry import cosine_matrix, r_cos
 from layerlaws.signatures.comparison import (
     analysis_tokens,
     compare,
-    cosine_matrix,
     decile_profile,
     per_token_agreement,
     percentiles,
-    r_cos,
     signature_rows,
 )
 

@@ -4,6 +4,8 @@ deterministic and stacking seeds changes nothing, and the stage runs in Snakemak
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -11,12 +13,13 @@ import scipy.stats
 from snakemake_runs import run_ok, write_config
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.synthetic.models import AdditionTraining, train
+from layerlaws.core.geometry import cosine_matrix
+from layerlaws.synthetic.models import train_addition
+from layerlaws.synthetic.settings import SyntheticTrainingSettings
 from layerlaws.synthetic.summary import alignment
 from layerlaws.synthetic.tasks import (
     TASKS,
     AdditionTask,
-    cosine_matrix,
     generate,
     r_order,
     signatures,
@@ -129,7 +132,7 @@ def test_r_order_is_pearson_on_the_off_diagonal_pairs():
     assert alignment(rows, rows) == pytest.approx(1.0)
 
 
-SMALL = AdditionTraining(
+SMALL = SyntheticTrainingSettings(
     hidden_size=16, learning_rate=1e-2, batch_size=50, epochs=3, records=[0, 1, 3], seeds=(0, 1)
 )
 
@@ -138,11 +141,11 @@ def test_training_is_deterministic_and_seeds_stack_independently():
     task = AdditionTask.of("add", ANCHORS, KEYS)
     data = generate(task, 1000, 0.2, seed=0)
     domain = np.unique(data.train_labels)
-    first = train(task, "ffn", data, SMALL, domain)
-    second = train(task, "ffn", data, SMALL, domain)
+    first = train_addition(task, "ffn", data, SMALL, domain)
+    second = train_addition(task, "ffn", data, SMALL, domain)
     assert first.rows == second.rows
     np.testing.assert_array_equal(first.anchor_embeddings[-1], second.anchor_embeddings[-1])
-    alone = train(task, "ffn", data, AdditionTraining(**{**SMALL.__dict__, "seeds": (1,)}), domain)
+    alone = train_addition(task, "ffn", data, replace(SMALL, seeds=(1,)), domain)
     np.testing.assert_allclose(
         alone.anchor_embeddings[-1][0], first.anchor_embeddings[-1][1], rtol=1e-5, atol=1e-7
     )
@@ -152,8 +155,8 @@ def test_training_is_deterministic_and_seeds_stack_independently():
 def test_the_linear_model_orders_the_anchors_of_f_add():
     task = AdditionTask.of("add", ANCHORS, KEYS)
     data = generate(task, 5000, 0.2, seed=0)
-    settings = AdditionTraining(learning_rate=1e-3, epochs=10, records=[0, 10], seeds=(0,))
-    record = train(task, "linear", data, settings, np.unique(data.train_labels))
+    settings = SyntheticTrainingSettings(learning_rate=1e-3, epochs=10, records=[0, 10], seeds=(0,))
+    record = train_addition(task, "linear", data, settings, np.unique(data.train_labels))
     initial, final = record.rows
     assert abs(initial["r_order"]) < 0.5 and final["r_order"] < -0.8
     assert final["train_accuracy"] > initial["train_accuracy"]

@@ -6,12 +6,12 @@ import polars as pl
 import pytest
 import torch
 
+from layerlaws.core.geometry import principal_plane
 from layerlaws.equilearning.statistics import normalized
 from layerlaws.equilearning.token_views import (
     TokenViews,
     ViewedRows,
     default_layers,
-    principal_plane,
     word_token_ids,
 )
 from layerlaws.forward.kept_states import HiddenStates

@@ -119,7 +119,15 @@ def test_interrupted_training_resumes_to_the_same_weights(corpus, tmp_path) -> N
     tokenizer, sequences, held_out = corpus
     spec = spec_of()
     config = model_config(spec, tokenizer)
-    whole = train(spec, config, tokenizer, sequences, held_out, tmp_path / "whole", "cpu")
+    whole = train(
+        spec,
+        config,
+        tokenizer,
+        sequences,
+        held_out=held_out,
+        folder=tmp_path / "whole",
+        device="cpu",
+    )
 
     class Interrupted(Exception):
         pass
@@ -130,9 +138,20 @@ def test_interrupted_training_resumes_to_the_same_weights(corpus, tmp_path) -> N
 
     interrupted = tmp_path / "interrupted"
     with pytest.raises(Interrupted):
-        train(spec, config, tokenizer, sequences, held_out, interrupted, "cpu", stop_after_step_5)
+        train(
+            spec,
+            config,
+            tokenizer,
+            sequences,
+            held_out=held_out,
+            folder=interrupted,
+            device="cpu",
+            on_checkpoint=stop_after_step_5,
+        )
     assert not checkpoint_folder(interrupted, 12).exists()
-    resumed = train(spec, config, tokenizer, sequences, held_out, interrupted, "cpu")
+    resumed = train(
+        spec, config, tokenizer, sequences, held_out=held_out, folder=interrupted, device="cpu"
+    )
     assert resumed.resumed_from == 5 and whole.resumed_from is None
     for step in spec.checkpoints:
         a, b = (
@@ -162,9 +181,11 @@ def test_checkpoints_of_another_run_are_not_resumed(corpus, tmp_path) -> None:
     tokenizer, sequences, held_out = corpus
     spec = spec_of(steps=4, checkpoints=[0, 4])
     config = model_config(spec, tokenizer)
-    train(spec, config, tokenizer, sequences, held_out, tmp_path, "cpu")
+    train(spec, config, tokenizer, sequences, held_out=held_out, folder=tmp_path, device="cpu")
     other = spec_of(steps=4, checkpoints=[0, 4], seed=1)
-    run = train(other, config, tokenizer, sequences, held_out, tmp_path, "cpu")
+    run = train(
+        other, config, tokenizer, sequences, held_out=held_out, folder=tmp_path, device="cpu"
+    )
     assert run.resumed_from is None
     saved = json.loads((checkpoint_folder(tmp_path, 4) / CHECKPOINT_FILE).read_text())
     assert saved["fingerprint"] == other.fingerprint(sequences, held_out)
@@ -177,7 +198,15 @@ def test_a_checkpoint_is_a_model_whose_loss_is_the_recorded_one(corpus, tmp_path
 
     tokenizer, sequences, held_out = corpus
     spec = spec_of(steps=4, checkpoints=[0, 4])
-    train(spec, model_config(spec, tokenizer), tokenizer, sequences, held_out, tmp_path, "cpu")
+    train(
+        spec,
+        model_config(spec, tokenizer),
+        tokenizer,
+        sequences,
+        held_out=held_out,
+        folder=tmp_path,
+        device="cpu",
+    )
     folder = checkpoint_folder(tmp_path, 4)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     ids = torch.from_numpy(held_out)

@@ -198,7 +198,7 @@ def test_coupling_and_trajectory_outputs(finished):
     assert (singular_values["singular_value"].diff().filter(singular_values["rank"] > 1) <= 0).all()
     for name in ("depth", "tokens", "adjacency", "singular_values"):
         assert (coupling / f"{name}.svg").stat().st_size > 1000
-    trajectories = finished / "results/trajectories/tiny-llama/few"
+    trajectories = coupling / "trajectories"
     shape = pl.read_csv(trajectories / "tokens.csv", schema_overrides={"prompt": pl.String})
     assert shape.columns == [
         "weights",
@@ -318,7 +318,7 @@ def test_model_jobs_ask_for_what_their_model_and_tokens_need(finished, base_conf
     validated = yaml.safe_load((workdir / "config.yaml").read_text())
     validate(validated, str(REPO / "schemas/config.schema.yaml"))
     wildcards = SimpleNamespace(model=model, dataset="mini")
-    needs = JobPlanner(validated).equilearning_pass(wildcards, inputs)
+    needs = JobPlanner.from_config(validated).equilearning_pass(wildcards, inputs)
     for name in ("gpu", "mem_mb", "disk_mb", "runtime"):
         assert f"{name}={getattr(needs, name)}" in job, job
 

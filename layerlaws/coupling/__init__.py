@@ -1,3 +1,4 @@
-"""Aubry et al.'s block coupling and trajectories: Jacobians, the coupling metric, line-shape
-and expodistance, figures.
+"""Aubry et al.'s block coupling and trajectories: the stage's settings and layer pairs,
+Jacobians, the coupling metric, the measurement of a prompt set, line-shape and
+expodistance, figures.
 """

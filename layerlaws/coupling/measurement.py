@@ -1,4 +1,4 @@
-"""Block coupling and trajectories of one prompt (SCIENCE.md §4, paper 004).
+"""Block coupling and trajectories of one prompt (Aubry et al., §3).
 
 For a prompt of T tokens and a model of L blocks (the last one including the final norm,
 Eq. 7, unless ``final_norm`` is off):
@@ -28,7 +28,9 @@ import torch
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
+from layerlaws.coupling.layers import layer_pairs as layer_pairs
 from layerlaws.coupling.miscoupling import miscoupling_matrix
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
     expodistance,
@@ -52,6 +54,16 @@ class TokenCoupling:
     layer_pairs: tuple[tuple[int, int], ...]
     fixed_input_token: int = 0
     fixed_output_token: int = -1
+
+    @classmethod
+    def of(cls, settings: CouplingSettings, num_layers: int) -> TokenCoupling:
+        """The token-wise coupling ``settings`` ask for in a model of ``num_layers``
+        blocks."""
+        return cls(
+            tuple(layer_pairs(settings.token_layers, num_layers)),
+            settings.fixed_input_token,
+            settings.fixed_output_token,
+        )
 
     @property
     def layers(self) -> list[int]:
@@ -103,16 +115,17 @@ def _token_jacobians(
 def measure_prompt(
     model: Any,
     input_ids: torch.Tensor,
+    *,
     token_coupling: TokenCoupling,
-    ks: Sequence[int],
-    svd: str = "full",
+    settings: CouplingSettings,
     vjp_chunk: int = 64,
-    lss_window: int = 11,
-    final_norm: bool = True,
 ) -> PromptMeasurement:
-    """Measure one prompt ``input_ids`` (1, T). Layers are numbered 1..L (block l maps
+    """Measure one prompt ``input_ids`` (1, T) as ``settings`` say (its ``ks``, ``svd``,
+    ``lss_window`` and ``final_norm``; ``token_coupling`` resolves its token layers), with
+    ``vjp_chunk`` output rows per batched VJP. Layers are numbered 1..L (block l maps
     x^{l-1} to x^l); tokens 0..T−1."""
-    calls, streams = trace_blocks(model, input_ids, final_norm)
+    ks, svd = settings.ks, settings.svd
+    calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
     n_layers, length = len(calls), streams.shape[1]
     last, k_max = length - 1, max(ks)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
@@ -184,7 +197,7 @@ def measure_prompt(
         )
         norms = np.linalg.norm(trajectory.astype(np.float64), axis=1)
         steps = np.concatenate([[np.nan], step_lengths(trajectory)])
-        windows = np.concatenate([[np.nan], windowed_line_shape(trajectory, lss_window)])
+        windows = np.concatenate([[np.nan], windowed_line_shape(trajectory, settings.lss_window)])
         result.layers += [
             {
                 "token": token,
@@ -196,22 +209,6 @@ def measure_prompt(
             for layer in range(n_layers + 1)
         ]
     return result
-
-
-def layer_pairs(
-    configured: Sequence[int | Sequence[int]], num_layers: int
-) -> list[tuple[int, int]]:
-    """The token-wise coupling's layer pairs: a configured layer l stands for (l, l), a
-    pair [l, l′] for itself; the middle layer (l, l) when none is configured."""
-    pairs = [
-        (entry, entry) if isinstance(entry, int) else (entry[0], entry[1]) for entry in configured
-    ] or [(max(1, num_layers // 2),) * 2]
-    beyond = [pair for pair in pairs if max(pair) > num_layers]
-    if beyond:
-        raise LayerlawsError(
-            f"coupling.token_layers name layers {beyond} beyond the model's {num_layers}"
-        )
-    return pairs
 
 
 @dataclass
@@ -237,17 +234,16 @@ class PromptSetMeasurement:
 def measure_prompt_set(
     models: Mapping[str, Any],
     prompts: Sequence[Sequence[int]],
+    *,
     labels: Sequence[Sequence[str]],
     token_coupling: TokenCoupling,
-    ks: Sequence[int],
-    svd: str,
+    settings: CouplingSettings,
     vjp_chunk: int,
-    lss_window: int,
-    final_norm: bool,
     device: str,
 ) -> PromptSetMeasurement:
-    """``measure_prompt`` for every prompt under every weights (e.g. ``trained`` and
-    ``random``); depth rows are also averaged over the prompts (prompt ``mean``)."""
+    """``measure_prompt`` for every prompt (token ids) under every weights (e.g.
+    ``trained`` and ``random``) on ``device``; ``labels`` are each prompt's token texts.
+    Depth rows are also averaged over the prompts (prompt ``mean``)."""
     rows: dict[str, list[dict[str, Any]]] = {
         name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
     }
@@ -257,12 +253,9 @@ def measure_prompt_set(
             measured = measure_prompt(
                 model,
                 torch.tensor([list(ids)], device=device),
-                token_coupling,
-                ks,
-                svd,
-                vjp_chunk,
-                lss_window,
-                final_norm,
+                token_coupling=token_coupling,
+                settings=settings,
+                vjp_chunk=vjp_chunk,
             )
             tag = {"weights": weights, "prompt": str(index)}
             for name, table in rows.items():

@@ -1,4 +1,4 @@
-"""Coupling of Jacobians (Aubry et al., paper 004).
+"""Coupling of Jacobians (Aubry et al., §3.1).
 
 The coupling matrix of J with the top-K singular vectors (U′_K, V′_K) of another Jacobian
 J′ is A = U′_Kᵀ J V′_K (K × K); the mis-coupling m̃(A) = ‖A − Diag(A)‖_F / ‖A‖_F is 0 when

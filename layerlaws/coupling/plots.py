@@ -1,4 +1,4 @@
-"""Figures of the block-coupling and trajectory stage (paper 004, Figs. 1, 3, 4, 17, 23–25).
+"""Figures of the block-coupling and trajectory stage (Aubry et al., Figs. 1, 3, 4, 17, 23–25).
 
 ``options`` are the config's plot options (``format``, ``dpi``, ``width``). Every figure
 sets the trained model beside its randomly initialised twin.
@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.figures import plt, save_figure
-from layerlaws.coupling.trajectories import pca_projection
+from layerlaws.core.geometry import principal_plane
 
 WEIGHTS = ("trained", "random")
 
@@ -30,7 +30,11 @@ def _square(table: pl.DataFrame, row: str, column: str) -> np.ndarray:
 
 
 def plot_depth(
-    depth: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    depth: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Depth-wise mis-coupling M[l, l′] of the last token, mean over prompts (Fig. 3)."""
     k = depth["k"].min()
@@ -57,7 +61,11 @@ def plot_depth(
 
 
 def plot_tokens(
-    tokens: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    tokens: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Token-wise mis-coupling at the first chosen layer pair, first prompt (Fig. 4)."""
     k = tokens["k"].min()
@@ -95,7 +103,11 @@ def plot_tokens(
 
 
 def plot_adjacency(
-    depth: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    depth: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Mean mis-coupling against layer distance |l − l′| (Fig. 1c–e): coupling is expected
     to be strongest between adjacent layers of a trained model."""
@@ -126,7 +138,11 @@ def plot_adjacency(
 
 
 def plot_shape(
-    trajectories: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    trajectories: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Distributions over all tokens of the line-shape score, the expodistance and the
     equidistance's coefficient of variation (Fig. 23)."""
@@ -157,8 +173,9 @@ def plot_shape(
 
 def plot_pca(
     streams: Mapping[str, np.ndarray],
-    title: str,
+    *,
     path: str | os.PathLike[str],
+    title: str,
     options: Mapping[str, Any],
 ) -> None:
     """Token trajectories of the first prompt on the top two principal components of their
@@ -168,7 +185,8 @@ def plot_pca(
     figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.2))
     for axis, weights in zip(axes, WEIGHTS, strict=True):
         stream = streams[f"{weights}/0"]  # (L + 1, T, d)
-        projected = pca_projection(np.transpose(stream, (1, 0, 2)))
+        trajectories = np.transpose(stream, (1, 0, 2))  # (T, L + 1, d)
+        projected = principal_plane(trajectories, fitted_on=trajectories[:, -1])
         depth = np.linspace(0.2, 1, projected.shape[1])
         last = len(projected) - 1
         for index, token in enumerate(projected):
@@ -203,12 +221,13 @@ def _median_band(axis: Any, table: pl.DataFrame, x: str, y: str, style: str, lab
 
 def plot_singular_values(
     singular_values: pl.DataFrame,
-    title: str,
+    *,
     path: str | os.PathLike[str],
+    title: str,
     options: Mapping[str, Any],
 ) -> None:
     """Top singular values of the last token's block Jacobians against depth, median over
-    prompts with the inter-quartile band, for ranks 1, 2, 5, 10 (paper 004, Appendix:
+    prompts with the inter-quartile band, for ranks 1, 2, 5, 10 (Aubry et al., Appendix:
     singular value scaling)."""
     ranks = [rank for rank in (1, 2, 5, 10) if rank <= singular_values["rank"].max()]
     figure, axes = plt.subplots(
@@ -230,9 +249,13 @@ def plot_singular_values(
 
 
 def plot_layers(
-    layers: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    layers: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
-    """Per-layer profiles over all tokens and prompts (paper 004, Fig. 24–25): the norm of
+    """Per-layer profiles over all tokens and prompts (Aubry et al., Fig. 24–25): the norm of
     x^l, the step length ‖x^l − x^{l−1}‖ and the line-shape score of the centred window;
     median with the inter-quartile band, trained against random weights."""
     panels = {

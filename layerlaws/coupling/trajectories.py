@@ -1,4 +1,4 @@
-"""Shape of the residual-stream trajectory x^0 → x^L of one token (paper 004).
+"""Shape of the residual-stream trajectory x^0 → x^L of one token (Aubry et al., §3.2–3.3).
 
 Arrays are (L + 1, d): the residual stream after each block, x^0 the embedding.
 """
@@ -20,8 +20,8 @@ def line_shape_score(trajectory: np.ndarray) -> float:
 
 
 def windowed_line_shape(trajectory: np.ndarray, width: int) -> np.ndarray:
-    """LSS of the window of ``width`` steps centred on each block l = 1…L (paper 004: width
-    11): the steps of blocks l − ⌊width/2⌋ … l + ⌊width/2⌋, cut at the first and last
+    """LSS of the window of ``width`` steps centred on each block l = 1…L (Aubry et al.:
+    width 11): the steps of blocks l − ⌊width/2⌋ … l + ⌊width/2⌋, cut at the first and last
     block; shape (L,)."""
     layers = len(trajectory) - 1
     half = width // 2
@@ -39,8 +39,8 @@ def step_lengths(trajectory: np.ndarray) -> np.ndarray:
 
 
 def equidistance_cv(trajectory: np.ndarray) -> float:
-    """Coefficient of variation Std_l / Mean_l of the step lengths ‖x^l − x^{l−1}‖ (paper
-    004, Fig. 23): 0 when the points are equally spaced."""
+    """Coefficient of variation Std_l / Mean_l of the step lengths ‖x^l − x^{l−1}‖ (Aubry
+    et al., Fig. 23): 0 when the points are equally spaced."""
     lengths = step_lengths(trajectory)
     return float(lengths.std() / lengths.mean())
 
@@ -51,18 +51,3 @@ def expodistance(trajectory: np.ndarray) -> float:
     norms = np.linalg.norm(np.asarray(trajectory, dtype=np.float64), axis=1)
     rates = np.diff(np.log(norms))
     return float(rates.var() / rates.mean() ** 2)
-
-
-def pca_projection(trajectories: np.ndarray) -> np.ndarray:
-    """Project trajectories (n_tokens, L + 1, d) on the top two principal components of
-    their last layer's points X^L (paper 004, Appendix A.2.1: PC_L is fitted to the last
-    layer), centred by the mean of X^L; returns (n_tokens, L + 1, 2) float64 (a second
-    coordinate of 0 when X^L spans one direction only)."""
-    points = np.asarray(trajectories, dtype=np.float64)
-    last = points[:, -1, :]
-    mean = last.mean(axis=0)
-    _, _, components = np.linalg.svd(last - mean, full_matrices=False)
-    projected = (points - mean) @ components[:2].T
-    if projected.shape[-1] < 2:
-        projected = np.concatenate([projected, np.zeros_like(projected)], axis=-1)
-    return projected

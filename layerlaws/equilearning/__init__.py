@@ -1,3 +1,3 @@
-"""He & Su's law of equi-learning: streamed statistics, regression, norms, fuzziness, token
-views, evaluation, the law fit and its figures.
+"""He & Su's law of equi-learning: the stage's settings, streamed statistics, regression,
+norms, fuzziness, token views, evaluation, the law fit and its figures.
 """

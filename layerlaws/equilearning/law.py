@@ -1,4 +1,4 @@
-"""The law of equi-learning: log PR linear in the layer index (SCIENCE.md §2).
+"""The law of equi-learning: log PR linear in the layer index (He & Su, §1).
 
 Fit log PR_l = a + b·l over l = 1..L by least squares; decay ratio ρ = exp(b), Pearson r
 between l and log PR_l, overall decay PR_L / PR_1.
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+NEXT_TOKEN = 1
+"""The offset of the next token, the target of the law."""
 LAW_KEYS = ("offset", "norm", "control")
 LAW_STATISTICS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay", "intercept", "slope")
 """The columns of a law fit, after its keys; log PR = intercept + slope · layer."""
@@ -102,7 +104,7 @@ def best_datasets(summary: pl.DataFrame, norm: str = "model") -> pl.DataFrame:
     norms = summary["norm"].unique().to_list()
     used = norm if norm in norms else sorted(norms)[0]
     next_token = summary.filter(
-        (pl.col("offset") == 1) & (pl.col("norm") == used) & (pl.col("control") == "none")
+        (pl.col("offset") == NEXT_TOKEN) & (pl.col("norm") == used) & (pl.col("control") == "none")
     )
     ranked = next_token.sort(["model", "pearson"]).with_columns(
         pl.col("pearson").rank("ordinal").over("model").cast(pl.Int64).alias("rank")

@@ -1,4 +1,5 @@
-"""Normalisation of intermediate hidden states before regression (SCIENCE.md §2).
+"""Normalisation of intermediate hidden states before regression (He & Su, Supplementary
+Materials: General Setup and Fig. S10).
 
 All functions take and return float64 tensors of shape (n_rows, hidden_dim), on any
 device, and act on each row (one token's hidden state) on its own.

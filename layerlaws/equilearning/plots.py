@@ -16,8 +16,7 @@ import polars as pl
 from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
 
 from layerlaws.core.figures import plt, save_figure
-
-NEXT_TOKEN = 1
+from layerlaws.equilearning.law import NEXT_TOKEN
 
 
 def _curve(pr: pl.DataFrame, offset: int, norm: str, control: str) -> tuple[np.ndarray, ...]:
@@ -79,6 +78,7 @@ def _plot_with_fit(
 def plot_law(
     pr: pl.DataFrame,
     law: pl.DataFrame,
+    *,
     path: str | os.PathLike[str],
     title: str,
     options: Mapping[str, Any],
@@ -112,6 +112,7 @@ def plot_law(
 def plot_norms(
     pr: pl.DataFrame,
     law: pl.DataFrame,
+    *,
     path: str | os.PathLike[str],
     title: str,
     options: Mapping[str, Any],
@@ -134,6 +135,7 @@ def plot_norms(
 def plot_summary(
     tables: Mapping[tuple[str, str], pl.DataFrame],
     summary: pl.DataFrame,
+    *,
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
 ) -> None:
@@ -168,6 +170,7 @@ def plot_fuzziness(
     law: pl.DataFrame,
     fuzziness: pl.DataFrame,
     fuzziness_law: pl.DataFrame,
+    *,
     path: str | os.PathLike[str],
     title: str,
     options: Mapping[str, Any],
@@ -204,7 +207,11 @@ def plot_fuzziness(
 
 
 def plot_token_views(
-    views: pl.DataFrame, path: str | os.PathLike[str], title: str, options: Mapping[str, Any]
+    views: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Each token group (rows) at each viewed layer (columns) on the plane of its first two
     principal components, coloured by word (He & Su, Fig. 2 and S1–S6)."""

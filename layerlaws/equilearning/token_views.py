@@ -21,6 +21,7 @@ import polars as pl
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.geometry import principal_plane
 from layerlaws.equilearning.statistics import OUTPUT, normalized
 from layerlaws.forward.model_pass import text_rows
 from layerlaws.models.facts import ModelFacts
@@ -170,13 +171,3 @@ class TokenViews:
         if not frames:
             return pl.DataFrame(schema=TOKEN_VIEW_SCHEMA)
         return pl.concat(frames).cast(TOKEN_VIEW_SCHEMA)
-
-
-def principal_plane(points: np.ndarray) -> np.ndarray:
-    """(n, d) points centred and projected on their first two principal components,
-    float64 (n, 2); a component the points do not span is 0."""
-    centred = np.asarray(points, dtype=np.float64)
-    centred = centred - centred.mean(axis=0)
-    _, _, components = np.linalg.svd(centred, full_matrices=False)
-    projected = centred @ components[:2].T
-    return np.pad(projected, ((0, 0), (0, 2 - projected.shape[1])))

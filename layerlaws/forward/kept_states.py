@@ -26,12 +26,19 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from layerlaws.core.dtypes import NUMPY_DTYPES
 from layerlaws.core.errors import LayerlawsError
 
 METADATA = "metadata.json"
 ROWS = "rows.parquet"
-STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+STORAGE_DTYPES = NUMPY_DTYPES
 """Storage dtype → the numpy dtype of its files (bfloat16 as raw bits)."""
+
+
+def storage_dtype(compute_dtype: str, setting: str) -> str:
+    """The dtype kept states are stored in: the forward pass's ``compute_dtype`` when
+    ``hidden_states.dtype`` (``setting``) is ``compute``, else float32."""
+    return compute_dtype if setting == "compute" else "float32"
 
 
 def shard_path(folder: str | Path, layer: int, shard: int) -> Path:

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from layerlaws.core.dtypes import torch_dtype
 from layerlaws.forward.kept_states import METADATA, ROWS, STORAGE_DTYPES, shard_path
 from layerlaws.forward.model_pass import Batch, run_forward_pass, text_rows
 from layerlaws.models.facts import ModelFacts
@@ -61,7 +62,7 @@ class HiddenStateWriter:
         if self.storage_dtype == "bfloat16":
             values = states.to(torch.bfloat16).view(torch.uint16).cpu().numpy()
         else:
-            values = states.to(getattr(torch, self.storage_dtype)).cpu().numpy()
+            values = states.to(torch_dtype(self.storage_dtype)).cpu().numpy()
         shard_of, within = np.divmod(self._row_numbers, self.shard_rows)
         for shard in np.unique(shard_of):
             mine = shard_of == shard
@@ -85,6 +86,7 @@ def extract_hidden_states(
     model: Any,
     facts: ModelFacts,
     tokens: pl.DataFrame,
+    *,
     out_folder: str | Path,
     batch_size: int | str,
     device: str,

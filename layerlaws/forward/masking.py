@@ -17,6 +17,7 @@ import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.forward.model_pass import observed_tokens
+from layerlaws.forward.settings import MaskingSettings
 from layerlaws.models.architectures import ARCHITECTURES
 
 REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1
@@ -70,18 +71,18 @@ def probe_of(configured: str, model_type: str) -> str:
 
 def probe_tokens(
     tokens: pl.DataFrame,
+    *,
     probe: str,
     vocab_size: int,
     mask_token_id: int | None,
-    masking: dict[str, float | int],
-    special_tokens: str = "exclude",
+    masking: MaskingSettings,
+    special_tokens: str,
 ) -> pl.DataFrame:
     """The tokens table as a probe's pass reads it: special tokens observed or not
-    (``forward_pass.observed_tokens``), then unchanged for ``next_token``, masked
-    (``mask_tokens`` with ``masking``'s ``rate`` and ``seed``) for ``masked_lm``."""
+    (``special_tokens``: ``exclude`` or ``include``, ``model_pass.observed_tokens``), then
+    unchanged for ``next_token``, masked (``mask_tokens`` with ``masking``'s ``rate`` and
+    ``seed``) for ``masked_lm``."""
     tokens = observed_tokens(tokens, special_tokens)
     if probe == "next_token":
         return tokens
-    return mask_tokens(
-        tokens, vocab_size, mask_token_id, float(masking["rate"]), int(masking["seed"])
-    )
+    return mask_tokens(tokens, vocab_size, mask_token_id, masking.rate, masking.seed)

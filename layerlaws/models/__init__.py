@@ -1,3 +1,3 @@
-"""Models: the architecture table, preparation and facts, loading and placement, devices,
-residual blocks.
+"""Models: the architecture table, preparation, facts and their file, loading and placement,
+GPU claims, residual blocks.
 """

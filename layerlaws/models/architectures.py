@@ -67,6 +67,22 @@ def _decoder(final_norm: str = "model.norm", **facts: Any) -> Architecture:
     return Architecture("model.layers", "model.embed_tokens", final_norm, **facts)
 
 
+def _encoder(prefix: str, lm_head: str, head_input: str) -> Architecture:
+    """A row for a post-LN masked-LM encoder (``<prefix>.encoder.layer`` /
+    ``<prefix>.embeddings.word_embeddings``, no final norm), loaded with its masked-LM head;
+    one configured as a decoder is rejected."""
+    return Architecture(
+        f"{prefix}.encoder.layer",
+        f"{prefix}.embeddings.word_embeddings",
+        None,
+        lm_head=lm_head,
+        head_input=head_input,
+        post_ln=True,
+        objective="masked",
+        requires={"is_decoder": False},
+    )
+
+
 _GPT2 = Architecture("transformer.h", "transformer.wte", "transformer.ln_f")
 _BLOOM = Architecture("transformer.h", "transformer.word_embeddings", "transformer.ln_f")
 _MAMBA = Architecture("backbone.layers", "backbone.embeddings", "backbone.norm_f")
@@ -125,26 +141,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "mamba2": _MAMBA,
     "falcon_mamba": _MAMBA,
     "rwkv": Architecture("rwkv.blocks", "rwkv.embeddings", "rwkv.ln_out", lm_head="head"),
-    "bert": Architecture(
-        "bert.encoder.layer",
-        "bert.embeddings.word_embeddings",
-        None,
-        lm_head="cls.predictions.decoder",
-        head_input="cls",
-        post_ln=True,
-        objective="masked",
-        requires={"is_decoder": False},
-    ),
-    "roberta": Architecture(
-        "roberta.encoder.layer",
-        "roberta.embeddings.word_embeddings",
-        None,
-        lm_head="lm_head.decoder",
-        head_input="lm_head",
-        post_ln=True,
-        objective="masked",
-        requires={"is_decoder": False},
-    ),
+    "bert": _encoder("bert", lm_head="cls.predictions.decoder", head_input="cls"),
+    "roberta": _encoder("roberta", lm_head="lm_head.decoder", head_input="lm_head"),
 }
 
 

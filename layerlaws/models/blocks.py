@@ -1,4 +1,4 @@
-"""Residual blocks of a model and the stream between them (SCIENCE.md §2 and §4).
+"""Residual blocks of a model and the stream between them (Aubry et al., §2).
 
 Hooks at the places the architecture table names give the residual stream of any family,
 whatever its ``output_hidden_states`` convention: ``layer_states`` for batches (hidden-state
@@ -6,7 +6,7 @@ extraction), ``trace_blocks`` for one sequence together with each block's call, 
 block's residual branch x^l = x^{l-1} + f^l(X^{l-1}) can be re-run alone as a function of
 the stream (Jacobians). The branch is built the same way for every family: the block
 called with the other arguments it received, its first output minus its input. As in
-paper 004 (Eq. 7), the last block may include the model's final norm:
+Aubry et al. (Eq. 7), the last block may include the model's final norm:
 F^L(X) = LN(X + f(X)), so that x^L is what the LM head reads.
 """
 
@@ -100,8 +100,8 @@ def trace_blocks(
 ) -> tuple[list[BlockCall], torch.Tensor]:
     """Run one sequence ``input_ids`` (1, T) and return every block's call and the
     residual stream x^0 … x^L, shape (L + 1, T, d): x^{l-1} the input of block l, x^L the
-    output of the last block, after the model's final norm when ``final_norm`` (paper 004,
-    Eq. 7: the last block includes it) and the model has one, before it otherwise."""
+    output of the last block, after the model's final norm when ``final_norm`` (Aubry et
+    al., Eq. 7: the last block includes it) and the model has one, before it otherwise."""
     blocks = blocks_of(model)
     norm = final_norm_of(model) if final_norm else None
     calls: dict[int, BlockCall] = {}

@@ -18,8 +18,7 @@ from layerlaws.models.architectures import (
     lm_head_of,
     norm_facts,
 )
-
-MODEL_METADATA = "layerlaws_model.json"
+from layerlaws.models.metadata import MODEL_METADATA
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from layerlaws.core.dtypes import torch_dtype
 from layerlaws.models.architectures import (
     ARCHITECTURES,
     auto_class,
@@ -20,8 +20,6 @@ from layerlaws.models.architectures import (
 from layerlaws.models.facts import ModelFacts, read_facts, weights_folder
 from layerlaws.models.placement import check_fits, device_budgets, device_map
 from layerlaws.models.preparation import randomly_initialised, skeleton_of
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_tokenizer(folder: str | Path) -> Any:
@@ -45,17 +43,18 @@ def plan_placement(
 
     skeleton = skeleton_of(AutoConfig.from_pretrained(str(weights_folder(folder))), False)
     if len(devices) == 1:
-        check_fits(skeleton, DTYPES[dtype], devices[0])
+        check_fits(skeleton, torch_dtype(dtype), devices[0])
         return devices[0]
-    return device_map(skeleton, DTYPES[dtype], budgets or device_budgets(devices))
+    return device_map(skeleton, torch_dtype(dtype), budgets or device_budgets(devices))
 
 
 def load_model(
     folder: str | Path, dtype: str, placement: str | Mapping[str, str], attention: str | None = None
 ) -> Any:
-    """A prepared model in evaluation mode, in ``dtype`` (a key of DTYPES), on one device or
-    spread by a device map (``plan_placement``); ``attention`` picks the attention
-    implementation (``eager`` for Jacobians, whose batching rules the fused kernels lack)."""
+    """A prepared model in evaluation mode, in ``dtype`` (a name of ``core.dtypes.DTYPES``),
+    on one device or spread by a device map (``plan_placement``); ``attention`` picks the
+    attention implementation (``eager`` for Jacobians, whose batching rules the fused kernels
+    lack)."""
     options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
     if not isinstance(placement, str):
         options["device_map"] = dict(placement)
@@ -63,7 +62,7 @@ def load_model(
 
     weights = str(weights_folder(folder))
     model_type = AutoConfig.from_pretrained(weights).model_type
-    model = auto_class(model_type).from_pretrained(weights, dtype=DTYPES[dtype], **options)
+    model = auto_class(model_type).from_pretrained(weights, dtype=torch_dtype(dtype), **options)
     if isinstance(placement, str):
         model = model.to(placement)
     return model.eval().requires_grad_(False)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from layerlaws.core.dtypes import torch_dtype
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.packages import package_file
 from layerlaws.models.architectures import (
@@ -176,7 +177,7 @@ def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> Mo
         model, weights = skeleton_of(config, remote_code), str(folder)
     if init == "random":
         model = randomly_initialised(model, int(model_config.get("init_seed", 0)))
-        model = model.to(getattr(torch, weights_dtype(model.config)))
+        model = model.to(torch_dtype(weights_dtype(model.config)))
         weights = None
     facts = model_facts(model, {**source, "init": init}, weights)
     out.mkdir(parents=True)

@@ -1,3 +1,3 @@
-"""The workflow's layer (torch-free): config checks, expansion, the results layout, execution
-settings and job planning.
+"""The workflow's layer (torch-free): config checks, expansion, the results layout, the
+targets and inputs of the rules, execution settings and job planning.
 """

@@ -14,14 +14,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.training.plan import checkpoint_steps
-
-X_KINDS = ("step", "tokens", "parameters", "label")
-"""What a series' x means: a training step, tokens seen, parameters (read from each
-prepared model), or a label (the model key unless given)."""
+from layerlaws.pipeline.checks import (
+    check_coupling,
+    check_runs,
+    check_series,
+    check_signatures,
+    check_trainings,
+)
+from layerlaws.pipeline.layout import Layout
+from layerlaws.training.plan import checkpoint_folder, checkpoint_steps
 
 TRAINING_CORPUS = "training_corpus"
 """``series.<name>.signatures``: each checkpoint's own training dataset."""
@@ -201,10 +206,97 @@ def tokenizer_owner(models: Mapping[str, Any], config: Mapping[str, Any], model:
     return model if training is None else config["training"][training]["tokenizer"]
 
 
-def initial_weights(models: Mapping[str, Any], model: str) -> str | None:
+def step_zero_model(models: Mapping[str, Any], model: str) -> str | None:
     """The step-0 checkpoint of a training checkpoint (its initialisation), else None."""
     source = models[model]["source"]
     if "training" not in source:
         return None
     initial = checkpoint_key(source["training"], 0)
     return initial if initial in models else None
+
+
+def _unique(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """``pairs`` in order, without repeats."""
+    return tuple(dict.fromkeys(pairs))
+
+
+def _runs(config_runs: list[Mapping[str, str]], added: list[dict[str, str]], kind: str):
+    return _unique([(run["model"], run[kind]) for run in [*config_runs, *added]])
+
+
+@dataclass(frozen=True)
+class ExpandedConfig:
+    """A validated config with its revisions, trainings and series expanded: what every
+    stage measures. Built once by ``from_config``, never changed; the config itself is
+    left as it was."""
+
+    config: Mapping[str, Any]
+    """The validated config as written (read-only view)."""
+    models: Mapping[str, Mapping[str, Any]]
+    """Every measured model by key: the config's, one per revision (``<key>@<revision>``)
+    and one per training checkpoint (``<training>@step<N>``)."""
+    runs: tuple[tuple[str, str], ...]
+    """(model, dataset) of every equi-learning run, the config's then its series', in
+    order without repeats."""
+    coupling_runs: tuple[tuple[str, str], ...]
+    """(model, prompt set) of every coupling run, likewise."""
+    signature_runs: tuple[tuple[str, str], ...]
+    """(model, corpus) of every signature run, likewise (a corpus: a dataset or a pool)."""
+    series: Mapping[str, tuple[SeriesMember, ...]]
+    """The members of every series, in order."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], layout: Layout | None = None) -> ExpandedConfig:
+        """Check and expand a validated ``config`` (checkpoints' weights lie where
+        ``layout`` puts a training's checkpoints). Raises LayerlawsError on a key that names
+        nothing the config defines."""
+        layout = layout or Layout()
+        check_trainings(config)
+        check_series(config)
+        models = expand_models(
+            config,
+            lambda training, step: str(checkpoint_folder(layout.checkpoints(training), step)),
+        )
+        series = {name: tuple(series_members(config, models, name)) for name in config["series"]}
+        added = series_runs(config, models)
+        runs = [
+            {"model": m, "dataset": d}
+            for m, d in _runs(config["runs"], added.equilearning, "dataset")
+        ]
+        coupling = [
+            {"model": m, "prompts": p}
+            for m, p in _runs(config["coupling"]["runs"], added.coupling, "prompts")
+        ]
+        signatures = [
+            {"model": m, "dataset": d}
+            for m, d in _runs(config["signatures"]["runs"], added.signatures, "dataset")
+        ]
+        check_runs(config, models, runs)
+        check_signatures(config, models, signatures)
+        check_coupling(config, models, coupling)
+        return cls(
+            config=MappingProxyType(config),
+            models=MappingProxyType(
+                {key: MappingProxyType(model) for key, model in models.items()}
+            ),
+            runs=tuple((run["model"], run["dataset"]) for run in runs),
+            coupling_runs=tuple((run["model"], run["prompts"]) for run in coupling),
+            signature_runs=tuple((run["model"], run["dataset"]) for run in signatures),
+            series=MappingProxyType(series),
+        )
+
+    def tokenizer_owner(self, model: str) -> str:
+        """The model whose tokenizer ``model`` uses (see ``tokenizer_owner``)."""
+        return tokenizer_owner(self.models, self.config, model)
+
+    def signature_corpus(self, series: str, model: str) -> str | None:
+        """The corpus ``series`` compares ``model``'s embeddings with."""
+        return signature_corpus(self.config, self.models, series, model)
+
+    def step_zero_model(self, model: str) -> str | None:
+        """The step-0 checkpoint of a training checkpoint, else None."""
+        return step_zero_model(self.models, model)
+
+    def signature_corpora(self, model: str) -> list[str]:
+        """The corpora of ``model``'s signature runs, in order."""
+        return [corpus for key, corpus in self.signature_runs if key == model]

@@ -1,4 +1,4 @@
-"""The needs of every model-running job of a validated config (``layerlaws.pipeline.resources``
+"""The needs of every model-running job of an expanded config (``layerlaws.pipeline.resources``
 applied to its runs): as Snakemake resources when a job is scheduled (its prepared model
 and tokens exist then), and as a plan for the whole config before anything runs.
 
@@ -19,8 +19,13 @@ from typing import Any
 import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.coupling.layers import layer_pairs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
+from layerlaws.forward.kept_states import storage_dtype
+from layerlaws.models.metadata import MODEL_METADATA
 from layerlaws.pipeline.execution import Execution
+from layerlaws.pipeline.expansion import ExpandedConfig
+from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.resources import (
     DTYPE_BYTES,
     HOST_BASE_MB,
@@ -31,7 +36,7 @@ from layerlaws.pipeline.resources import (
     model_pass_needs,
     training_needs,
 )
-from layerlaws.text.corpus import prompt_datasets
+from layerlaws.text.corpus import prompt_count
 from layerlaws.training.plan import TrainingSpec, parameter_count
 
 GUESSED_VOCABULARY = 50_000
@@ -41,11 +46,11 @@ ASSUMED_TEXTS = 10_000
 
 
 def prepared_size(folder: str | Path) -> ModelSize:
-    """The size of a prepared model, from its ``layerlaws_model.json``."""
-    return ModelSize.of(json.loads((Path(folder) / "layerlaws_model.json").read_text()))
+    """The size of a prepared model, from its facts file."""
+    return ModelSize.of(json.loads((Path(folder) / MODEL_METADATA).read_text()))
 
 
-def token_counts(path: str | Path) -> tuple[int, int]:
+def token_table_size(path: str | Path) -> tuple[int, int]:
     """(tokens, longest sequence) of a tokens table."""
     lengths = pl.scan_parquet(path).group_by("sentence_id").len().collect()["len"]
     return int(lengths.sum()), int(lengths.max())
@@ -69,14 +74,22 @@ def config_size(model_config: Mapping[str, Any]) -> ModelSize:
 
 
 class JobPlanner:
-    """Needs of the model-running jobs of one validated config."""
+    """Needs of the model-running jobs of one expanded config, whose files lie where
+    ``layout`` puts them."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.config = config
-        self.execution = Execution.from_config(config)
+    def __init__(self, expanded: ExpandedConfig, layout: Layout | None = None) -> None:
+        self.expanded = expanded
+        self.config = expanded.config
+        self.layout = layout or Layout()
+        self.execution = Execution.from_config(self.config)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], layout: Layout | None = None) -> JobPlanner:
+        """The planner of a validated config (expanded and checked here)."""
+        return cls(ExpandedConfig.from_config(config, layout), layout)
 
     def _model(self, key: str) -> Mapping[str, Any]:
-        return self.config["models"][key]
+        return self.expanded.models[key]
 
     def _batch_tokens(self, longest: int) -> int:
         batch = self.execution.batch_size
@@ -88,30 +101,30 @@ class JobPlanner:
     def _pass(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
         settings = self.config["equilearning"]
         return equilearning_pass_needs(
-            size,
-            self._model(model)["dtype"],
-            tokens,
-            self._batch_tokens(longest),
-            settings["offsets"],
-            settings["norms"],
-            settings["controls"],
-            self._on_gpu(),
-            self._model(model)["gpus"],
-            self.execution.gpu_memory_gb,
+            size=size,
+            dtype=self._model(model)["dtype"],
+            n_tokens=tokens,
+            batch_tokens=self._batch_tokens(longest),
+            offsets=settings["offsets"],
+            norms=settings["norms"],
+            controls=settings["controls"],
+            on_gpu=self._on_gpu(),
+            gpus=self._model(model)["gpus"],
+            gpu_memory_gb=self.execution.gpu_memory_gb,
             fuzziness_classes=settings["fuzziness"]["max_classes"],
         )
 
     def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
         dtype = self._model(model)["dtype"]
-        stored = dtype if self.config["hidden_states"]["dtype"] == "compute" else "float32"
+        stored = storage_dtype(dtype, self.config["hidden_states"]["dtype"])
         return model_pass_needs(
-            size,
-            dtype,
-            tokens,
-            self._batch_tokens(longest),
-            self._on_gpu(),
-            self._model(model)["gpus"],
-            self.execution.gpu_memory_gb,
+            size=size,
+            dtype=dtype,
+            n_tokens=tokens,
+            batch_tokens=self._batch_tokens(longest),
+            on_gpu=self._on_gpu(),
+            gpus=self._model(model)["gpus"],
+            gpu_memory_gb=self.execution.gpu_memory_gb,
             output_bytes=hidden_states_bytes(size, tokens, DTYPE_BYTES[stored]),
         )
 
@@ -120,31 +133,20 @@ class JobPlanner:
         the last token's of every layer and three per token at each token layer."""
         prompt_set = self.config["coupling"]["prompts"][prompts]
         length = prompt_set["max_tokens"]
-        count = len(prompt_set["texts"]) + prompt_set["n_from_dataset"] * len(
-            prompt_datasets(prompt_set)
-        )
+        count = prompt_count(prompt_set)
         dtype = self._model(model)["dtype"]
-        configured = self.config["coupling"]["token_layers"]
-        layers = (
-            len(
-                {
-                    layer
-                    for entry in configured
-                    for layer in (entry if isinstance(entry, list) else [entry])
-                }
-            )
-            or 1
-        )
+        pairs = layer_pairs(self.config["coupling"]["token_layers"], size.num_layers)
+        layers = len({layer for pair in pairs for layer in pair})
         jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size**2 * 4
         # A Jacobian costs about hidden_size backward passes: count it as that many tokens.
         return model_pass_needs(
-            size,
-            dtype,
-            count * length * size.hidden_size,
-            length,
-            self._on_gpu(),
-            self._model(model)["gpus"],
-            self.execution.gpu_memory_gb,
+            size=size,
+            dtype=dtype,
+            n_tokens=count * length * size.hidden_size,
+            batch_tokens=length,
+            on_gpu=self._on_gpu(),
+            gpus=self._model(model)["gpus"],
+            gpu_memory_gb=self.execution.gpu_memory_gb,
             device_bytes=size.parameters * DTYPE_BYTES[dtype] + jacobians,
             output_bytes=count * (size.num_layers + 1) * length * size.hidden_size * 8,
         )
@@ -154,12 +156,12 @@ class JobPlanner:
     # ``size`` entry and the tokens the dataset's bound, and it asks again once they exist.
 
     def _known_size(self, model: str, folder: str | Path) -> ModelSize | None:
-        if (Path(folder) / "layerlaws_model.json").is_file():
+        if (Path(folder) / MODEL_METADATA).is_file():
             return prepared_size(folder)
         return ModelSize.of(self._model(model)["size"]) if "size" in self._model(model) else None
 
     def _known_tokens(self, dataset: str, path: str | Path) -> tuple[int, int]:
-        return token_counts(path) if Path(path).is_file() else self.token_bound(dataset)
+        return token_table_size(path) if Path(path).is_file() else self.token_bound(dataset)
 
     def _placeholder(self, model: str) -> Needs:
         gpus = self._model(model)["gpus"]
@@ -206,16 +208,16 @@ class JobPlanner:
 
     # A plan of the whole config, before anything runs.
 
-    def size(self, model: str, results: Path) -> tuple[ModelSize, str]:
+    def size(self, model: str) -> tuple[ModelSize, str]:
         """A model's size and where it was read from."""
-        prepared = results / "models" / model
-        if (prepared / "layerlaws_model.json").is_file():
+        prepared = Path(self.layout.model(model))
+        if (prepared / MODEL_METADATA).is_file():
             return prepared_size(prepared), "prepared model"
         if "size" in self._model(model):
             return ModelSize.of(self._model(model)["size"]), "config size"
         training = self._model(model)["source"].get("training")
         if training is not None:
-            return self._trained_size(training, results), "training settings"
+            return self._trained_size(training), "training settings"
         try:
             return config_size(self._model(model)), "model config"
         except LayerlawsError as error:
@@ -225,12 +227,12 @@ class JobPlanner:
                 f"vocab_size) to plan offline"
             ) from error
 
-    def _trained_size(self, training: str, results: Path) -> ModelSize:
+    def _trained_size(self, training: str) -> ModelSize:
         """The size of a training's checkpoints, from its settings and its tokenizer
         model's vocabulary."""
         settings = self.config["training"][training]
         spec = TrainingSpec.of(settings)
-        vocab_size = self.size(settings["tokenizer"], results)[0].vocab_size
+        vocab_size = self.size(settings["tokenizer"])[0].vocab_size
         return ModelSize(
             parameter_count(spec, vocab_size), spec.num_layers, spec.hidden_size, vocab_size
         )
@@ -243,21 +245,19 @@ class JobPlanner:
         texts = ASSUMED_TEXTS if settings["n_samples"] == "all" else settings["n_samples"]
         return settings["token_budget"] or texts * longest, longest
 
-    def tokens(self, model: str, dataset: str, results: Path) -> tuple[int, int, str]:
+    def tokens(self, model: str, dataset: str) -> tuple[int, int, str]:
         """(tokens, longest sequence, how they are known) of a run."""
-        path = results / "tokens" / model / f"{dataset}.parquet"
+        path = Path(self.layout.tokens(model, dataset))
         if path.is_file():
-            return (*token_counts(path), "tokenised")
+            return (*token_table_size(path), "tokenised")
         return (*self.token_bound(dataset), "at most")
 
-    def plan(self, results: str | Path = "results") -> list[dict[str, Any]]:
+    def plan(self) -> list[dict[str, Any]]:
         """One row per model-running job of the config: what it runs on and needs."""
-        results = Path(results)
         rows = []
-        for run in dict.fromkeys((r["model"], r["dataset"]) for r in self.config["runs"]):
-            model, dataset = run
-            size, sized_by = self.size(model, results)
-            tokens, longest, counted = self.tokens(model, dataset, results)
+        for model, dataset in self.expanded.runs:
+            size, sized_by = self.size(model)
+            tokens, longest, counted = self.tokens(model, dataset)
             jobs = [("equilearning_pass", self._pass(model, size, tokens, longest))]
             if self.config["hidden_states"]["keep"]:
                 jobs.append(("extract_hidden", self._hidden(model, size, tokens, longest)))
@@ -275,14 +275,14 @@ class JobPlanner:
                         **asdict(needs),
                     }
                 )
-        for run in self.config["coupling"]["runs"]:
-            size, sized_by = self.size(run["model"], results)
-            needs = self._coupling(run["model"], size, run["prompts"])
+        for model, prompts in self.expanded.coupling_runs:
+            size, sized_by = self.size(model)
+            needs = self._coupling(model, size, prompts)
             rows.append(
                 {
                     "job": "measure_coupling",
-                    "model": run["model"],
-                    "data": run["prompts"],
+                    "model": model,
+                    "data": prompts,
                     "parameters": size.parameters,
                     "sized_by": sized_by,
                     "tokens": 0,
@@ -293,7 +293,7 @@ class JobPlanner:
             )
         for training, settings in self.config["training"].items():
             spec = TrainingSpec.of(settings)
-            size = self._trained_size(training, results)
+            size = self._trained_size(training)
             rows.append(
                 {
                     "job": "train_model",

@@ -2,9 +2,9 @@
 alone (no weights): GPUs and their memory, host memory, disk for its outputs, runtime.
 
 Rules declare these as their resources, so ``--resources gpu=N`` and SLURM count them
-(a profile can still override them), and ``python -m layerlaws.estimate`` prints them for
-a config before anything runs. The numbers are deliberately generous estimates; the
-memory of the equi-learning statistics is exact.
+(a profile can still override them), and ``snakemake estimate`` (``rules/models.smk``,
+``scripts/estimate.py``) prints them for a config before anything runs. The numbers are
+deliberately generous estimates; the memory of the equi-learning statistics is exact.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layerlaws.core.dtypes import DTYPE_BYTES
+
 MIB = 2**20
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 WORKING_VECTORS = 24
 """Hidden-size vectors of working space per token in a forward pass (MLP, attention,
 norms), beside one per layer."""
@@ -91,6 +92,7 @@ def _gpus_for(needed_bytes: int, gpus: int | str, gpu_memory_gb: float) -> int:
 
 
 def model_pass_needs(
+    *,
     size: ModelSize,
     dtype: str,
     n_tokens: int,
@@ -136,6 +138,7 @@ def model_pass_needs(
 
 
 def equilearning_pass_needs(
+    *,
     size: ModelSize,
     dtype: str,
     n_tokens: int,
@@ -155,13 +158,13 @@ def equilearning_pass_needs(
     statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
     return model_pass_needs(
-        size,
-        dtype,
-        n_tokens,
-        batch_tokens,
-        on_gpu,
-        gpus,
-        gpu_memory_gb,
+        size=size,
+        dtype=dtype,
+        n_tokens=n_tokens,
+        batch_tokens=batch_tokens,
+        on_gpu=on_gpu,
+        gpus=gpus,
+        gpu_memory_gb=gpu_memory_gb,
         device_bytes=statistics_bytes(size, offsets, norms, controls)
         + fuzziness_bytes(size, norms, fuzziness_classes),
         flops_per_token=statistics_flops,

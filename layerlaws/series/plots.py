@@ -1,6 +1,6 @@
 """Figures of a series and of a training run: each quantity against x (emergence with
-training, scaling with size), generalisation against coupling with its fitted line (paper
-004, Fig. 1a)."""
+training, scaling with size), generalisation against coupling with its fitted line (Aubry
+et al., Fig. 1a)."""
 
 from __future__ import annotations
 
@@ -82,9 +82,10 @@ def _panels(count: int, n_columns: int, height: float, options: Mapping[str, Any
 def plot_quantities(
     summary: pl.DataFrame,
     x_kind: str,
+    *,
     path: str | os.PathLike[str],
-    options: Mapping[str, Any],
     title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """One panel per quantity against x, one line per probing dataset."""
     columns = quantities_of(summary)
@@ -116,9 +117,10 @@ def plot_quantities(
 def plot_generalisation(
     summary: pl.DataFrame,
     fits: pl.DataFrame,
+    *,
     path: str | os.PathLike[str],
-    options: Mapping[str, Any],
     title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Generalisation (held-out loss, external scores) against coupling (−m), with the
     least-squares line, R² and p-value of each fit; a note when nothing can be fitted."""

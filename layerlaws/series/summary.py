@@ -1,6 +1,6 @@
 """One table per series (``results/series/{series}/summary.csv``): every member × probing
 dataset with its x, and the quantities the three papers compare across models; and the
-least-squares fits of generalisation against coupling (paper 004, Fig. 1a).
+least-squares fits of generalisation against coupling (Aubry et al., Fig. 1a).
 
 Columns (absent stages leave theirs out):
 - ``model``, ``x``, ``dataset`` (null when the series has no probing datasets),
@@ -31,8 +31,8 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-NEXT_TOKEN = 1
-PAPER_NORM = "model"
+from layerlaws.equilearning.law import NEXT_TOKEN
+
 LAW_COLUMNS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
 EVALUATION_COLUMNS = ("loss", "perplexity", "accuracy")
 
@@ -152,7 +152,7 @@ def linear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
 
 
 def coupling_fits(summary: pl.DataFrame) -> pl.DataFrame:
-    """Generalisation against coupling, as paper 004 Fig. 1a: for every K, coupling
+    """Generalisation against coupling, as Aubry et al.'s Fig. 1a: for every K, coupling
     (= −``miscoupling_all_k{K}``) as x, and as y each external score (one point per model)
     and the held-out loss on each dataset. Needs three models with both numbers."""
     couplings = [c for c in summary.columns if c.startswith("miscoupling_all_k")]

@@ -1,1 +1,2 @@
-"""Yao & Xu's probability signatures: counts in DuckDB, comparison with the embeddings, figures."""
+"""Yao & Xu's probability signatures: counts in DuckDB, the stage's settings, comparison with
+the embeddings, figures."""

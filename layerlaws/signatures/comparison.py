@@ -1,4 +1,4 @@
-"""Probability signatures (Yao & Xu, paper 003) against the geometry of a model's embeddings.
+"""Probability signatures (Yao & Xu, §4 and §6) against the geometry of a model's embeddings.
 
 From within-sequence bigram counts: φ_next[s] is the distribution of the token after s,
 φ_pre[s] that of the token before s, φ̃[s] = φ_next[s] + φ_pre[s]. For the C most frequent
@@ -20,9 +20,9 @@ import polars as pl
 from scipy import sparse, stats
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.geometry import cosine_matrix, off_diagonal, r_cos
+from layerlaws.signatures.settings import SignatureSettings
 
-SIGNATURES = ("next", "pre", "tilde")
-EMBEDDINGS = ("W_E", "W_U")
 PAIRS = (
     ("W_E", "next"),
     ("W_U", "pre"),
@@ -76,28 +76,6 @@ def signature_rows(
     mine = slot[following] >= 0
     pre_rows = _row_normalised(slot[following[mine]], current[mine], counts[mine], shape)
     return {"next": next_rows, "pre": pre_rows, "tilde": (next_rows + pre_rows).tocsr()}
-
-
-def cosine_matrix(rows: np.ndarray | sparse.spmatrix) -> np.ndarray:
-    """Cosine similarity of every pair of rows, shape (n, n) float32 (rows must be nonzero)."""
-    if sparse.issparse(rows):
-        norms = np.sqrt(np.asarray(rows.multiply(rows).sum(axis=1)).ravel())
-        unit = sparse.diags(1.0 / norms) @ rows
-        return (unit @ unit.T).toarray().astype(np.float32)
-    dense = np.asarray(rows, dtype=np.float64)
-    unit = dense / np.linalg.norm(dense, axis=1, keepdims=True)
-    return (unit @ unit.T).astype(np.float32)
-
-
-def off_diagonal(matrix: np.ndarray) -> np.ndarray:
-    """Entries above the diagonal of a symmetric (n, n) matrix, shape (n(n−1)/2,) float64."""
-    upper = np.triu_indices(len(matrix), k=1)
-    return matrix[upper].astype(np.float64)
-
-
-def r_cos(embedding_cos: np.ndarray, signature_cos: np.ndarray) -> float:
-    """Pearson correlation of the off-diagonal entries of two similarity matrices."""
-    return float(np.corrcoef(off_diagonal(embedding_cos), off_diagonal(signature_cos))[0, 1])
 
 
 def per_token_agreement(
@@ -272,16 +250,18 @@ class SignatureComparison:
 def compare_with_embeddings(
     unigrams: pl.DataFrame,
     bigrams: pl.DataFrame,
+    *,
     input_embeddings: np.ndarray,
     output_embeddings: np.ndarray,
     tied: bool,
-    top_tokens: int,
     decode: Callable[[int], str],
-    per_token_diagonal: str = "include",
+    settings: SignatureSettings,
 ) -> SignatureComparison:
-    """Signatures of the ``top_tokens`` most frequent eligible tokens against the rows of
-    W_E (V, d) and W_U (V, d); tokens whose embedding row is all zero are left out.
-    ``decode`` gives a token's text for labels."""
+    """Signatures of the ``settings.top_tokens`` most frequent eligible tokens against the
+    rows of W_E (V, d) and W_U (V, d) (``tied``: one matrix, W_U's cosines are W_E's);
+    tokens whose embedding row is all zero are left out. ``decode`` gives a token's text
+    for labels."""
+    top_tokens = settings.top_tokens
     tokens = analysis_tokens(unigrams, bigrams, top_tokens)
     nonzero = (np.abs(input_embeddings[tokens]).sum(1) > 0) & (
         np.abs(output_embeddings[tokens]).sum(1) > 0
@@ -294,15 +274,15 @@ def compare_with_embeddings(
         )
     labels = [decode(int(token)) for token in tokens]
     signature_cos = {
-        name: cosine_matrix(rows)
+        name: cosine_matrix(rows, np.float32)
         for name, rows in signature_rows(bigrams, tokens, len(input_embeddings)).items()
     }
-    embedding_cos = {"W_E": cosine_matrix(input_embeddings[tokens])}
+    embedding_cos = {"W_E": cosine_matrix(input_embeddings[tokens], np.float32)}
     embedding_cos["W_U"] = (
-        embedding_cos["W_E"] if tied else cosine_matrix(output_embeddings[tokens])
+        embedding_cos["W_E"] if tied else cosine_matrix(output_embeddings[tokens], np.float32)
     )
     rcos, per_token, deciles = compare(
-        embedding_cos, signature_cos, tokens, labels, per_token_diagonal
+        embedding_cos, signature_cos, tokens, labels, settings.per_token_diagonal
     )
     summary = {
         "tied_embeddings": tied,

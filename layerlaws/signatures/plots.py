@@ -1,4 +1,4 @@
-"""Figures of the probability-signature stage (paper 003, Figs. 5A–E and 6B).
+"""Figures of the probability-signature stage (Yao & Xu, Figs. 5A–E and 6B).
 
 ``options`` are the config's plot options: ``format``, ``dpi`` and ``width`` of every
 figure, and this stage's own ``heatmap_tokens`` (``plots.signatures``).
@@ -52,8 +52,9 @@ def _heatmap_grid(
 
 def plot_heatmaps(
     views: Mapping[str, np.ndarray],
-    title: str,
+    *,
     path: str | os.PathLike[str],
+    title: str,
     options: Mapping[str, Any],
 ) -> None:
     """Similarity heatmaps of the most frequent tokens (paper Fig. 5A)."""
@@ -75,8 +76,9 @@ def plot_heatmaps(
 
 def plot_digits(
     views: Mapping[str, np.ndarray],
-    title: str,
+    *,
     path: str | os.PathLike[str],
+    title: str,
     options: Mapping[str, Any],
 ) -> None:
     """Similarity heatmaps of the number tokens 0–99 present in the analysis (Fig. 6B)."""
@@ -91,7 +93,11 @@ def plot_digits(
 
 
 def plot_deciles(
-    deciles: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    deciles: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Signature-similarity percentile in each decile of the embedding-similarity percentile,
     mean with interquartile band (Fig. 5D/E)."""
@@ -114,7 +120,11 @@ def plot_deciles(
 
 
 def plot_per_token(
-    per_token: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    per_token: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Per token: agreement of its similarity rows against its mean embedding similarity
     (Fig. 5C), one panel per compared pair."""
@@ -134,7 +144,11 @@ def plot_per_token(
 
 
 def plot_rcos_by_corpus(
-    rcos: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    rcos: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """R_cos(W_E, φ_next) (top) and R_cos(W_U, φ_pre) (bottom) on each corpus (Fig. 5B),
     with R_cos against φ̃ as open markers."""
@@ -161,7 +175,11 @@ def plot_rcos_by_corpus(
 
 
 def plot_per_token_by_corpus(
-    per_token: pl.DataFrame, title: str, path: str | os.PathLike[str], options: Mapping[str, Any]
+    per_token: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Per-token agreement of W_E with φ_next against mean embedding similarity, the
     tokens of every corpus pooled and coloured by corpus (Fig. 5C)."""

@@ -1,3 +1,3 @@
-"""Yao & Xu's composite addition tasks: data and signatures, the embedding models, summary,
-figures.
+"""Yao & Xu's composite addition tasks: the stage's settings, data and signatures, the
+embedding models, summary, figures.
 """

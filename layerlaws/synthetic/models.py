@@ -1,4 +1,4 @@
-"""The embedding models of Yao & Xu's addition tasks (paper 003, §3 and Appendix A),
+"""The embedding models of the addition tasks (Yao & Xu, §3 and Appendix A),
 trained for several seeds at once.
 
 - ``linear``: F_lin(X) = W_U Σ_{x∈X} W_E[x];
@@ -16,42 +16,21 @@ deterministic for a seed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from layerlaws.synthetic.tasks import AdditionData, AdditionTask, cosine_matrix, r_order
+from layerlaws.core.geometry import cosine_matrix
+from layerlaws.synthetic.settings import SyntheticTrainingSettings
+from layerlaws.synthetic.tasks import AdditionData, AdditionTask, r_order
 from layerlaws.training.plan import checkpoint_steps
 
 log = logging.getLogger(__name__)
 
-MODELS = ("linear", "ffn")
 
-
-@dataclass(frozen=True)
-class AdditionTraining:
-    """How the models of one task are trained (``synthetic`` in the config)."""
-
-    hidden_size: int = 200
-    init_exponent: float = 0.8
-    learning_rate: float = 1e-5
-    weight_decay: float = 0.01
-    batch_size: int = 100
-    epochs: int = 1000
-    records: int | Sequence[int] = 12
-    seeds: tuple[int, ...] = (0, 1, 2)
-
-    @classmethod
-    def of(cls, settings: Mapping[str, Any]) -> AdditionTraining:
-        """The training settings among the config's ``synthetic`` block."""
-        chosen = {field.name: settings[field.name] for field in fields(cls)}
-        return cls(**{**chosen, "seeds": tuple(chosen["seeds"])})
-
-
-def initial_weights(
+def initial_embeddings(
     seeds: Sequence[int], vocab_size: int, hidden_size: int, init_exponent: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """W_E and W_U, each (seeds, vocab, d) float32, entries N(0, d^−γ), seeded per seed."""
@@ -64,7 +43,7 @@ def initial_weights(
     return weights[:, 0].contiguous(), weights[:, 1].contiguous()
 
 
-def token_counts(inputs: np.ndarray, vocab_size: int) -> torch.Tensor:
+def bag_of_tokens(inputs: np.ndarray, vocab_size: int) -> torch.Tensor:
     """How often each token occurs in each input: (n, vocab) float32, so that Σ_{x∈X} W_E[x]
     is one matrix product (faster on a CPU than gathering rows and scattering their
     gradients back)."""
@@ -96,7 +75,7 @@ def accuracy(
     distinct, index, weight = np.unique(inputs, axis=0, return_inverse=True, return_counts=True)
     distinct_labels = np.zeros(len(distinct), dtype=np.int64)
     distinct_labels[index.ravel()] = labels
-    counts = token_counts(distinct, embedding.shape[1])[None].expand(embedding.shape[0], -1, -1)
+    counts = bag_of_tokens(distinct, embedding.shape[1])[None].expand(embedding.shape[0], -1, -1)
     with torch.no_grad():
         predicted = logits(model, embedding, unembedding, counts).argmax(dim=2).numpy()
     return ((predicted == distinct_labels[None]) * weight[None]).sum(axis=1) / len(inputs)
@@ -115,16 +94,16 @@ class TrainingRecord:
     epochs: list[int] = field(default_factory=list)
 
 
-def train(
+def train_addition(
     task: AdditionTask,
     model: str,
     data: AdditionData,
-    settings: AdditionTraining,
+    settings: SyntheticTrainingSettings,
     label_domain: np.ndarray,
 ) -> TrainingRecord:
     """Train ``model`` (``linear`` or ``ffn``) on ``data`` for every seed of ``settings``."""
     seeds = list(settings.seeds)
-    embedding, unembedding = initial_weights(
+    embedding, unembedding = initial_embeddings(
         seeds, task.vocab_size, settings.hidden_size, settings.init_exponent
     )
     embedding.requires_grad_(True)
@@ -132,7 +111,7 @@ def train(
     optimizer = torch.optim.AdamW(
         [embedding, unembedding], lr=settings.learning_rate, weight_decay=settings.weight_decay
     )
-    counts = token_counts(data.train_inputs, task.vocab_size)
+    counts = bag_of_tokens(data.train_inputs, task.vocab_size)
     labels = torch.from_numpy(data.train_labels)
     recorded = set(checkpoint_steps(settings.records, settings.epochs))
     anchors = list(task.anchors)

@@ -1,4 +1,4 @@
-"""Figures of the synthetic addition stage, in the style of Yao & Xu (paper 003, Figs. 1B,
+"""Figures of the synthetic addition stage, in the style of Yao & Xu (Figs. 1B,
 2, 3, 4). Inputs are the stage's tables and arrays, keyed by task (and model); ``options``
 are the config's plot options (``format``, ``dpi``, ``width``).
 """
@@ -13,8 +13,7 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.figures import plt, save_figure
-from layerlaws.equilearning.token_views import principal_plane
-from layerlaws.synthetic.tasks import cosine_matrix
+from layerlaws.core.geometry import cosine_matrix, principal_plane
 
 TASK_LABELS = {"add": "f_add", "add_same_range": "f̃_add", "mod": "f_mod"}
 MODEL_LABELS = {"linear": "F_lin", "ffn": "F_ffn"}
@@ -38,6 +37,7 @@ def _epoch_axis(axis: Any) -> None:
 
 def plot_dynamics(
     records: Mapping[tuple[str, str], pl.DataFrame],
+    *,
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
 ) -> None:
@@ -87,6 +87,7 @@ def _heatmap(axis: Any, matrix: np.ndarray, title: str, own_range: bool = False)
 
 def plot_embedding_heatmaps(
     weights: Mapping[tuple[str, str], Mapping[str, np.ndarray]],
+    *,
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
     columns: int = 5,
@@ -120,6 +121,7 @@ def plot_embedding_heatmaps(
 def plot_signatures(
     signatures: Mapping[str, Mapping[str, np.ndarray]],
     weights: Mapping[tuple[str, str], Mapping[str, np.ndarray]],
+    *,
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
 ) -> None:
@@ -161,6 +163,7 @@ def plot_signatures(
 def plot_unembedding(
     signatures: Mapping[str, Mapping[str, np.ndarray]],
     weights: Mapping[tuple[str, str], Mapping[str, np.ndarray]],
+    *,
     path: str | os.PathLike[str],
     options: Mapping[str, Any],
 ) -> None:

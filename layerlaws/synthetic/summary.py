@@ -9,14 +9,12 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
-from layerlaws.signatures.comparison import off_diagonal, r_cos
-from layerlaws.synthetic.tasks import cosine_matrix
-
-SIGNATURES = ("label", "context", "context_given_label")
+from layerlaws.core.geometry import cosine_matrix, off_diagonal, r_cos
+from layerlaws.synthetic.tasks import ANCHOR_SIGNATURES
 
 
 def alignment(embedding: np.ndarray, signature: np.ndarray) -> float:
-    """R_cos of the synthetic tasks: ``layerlaws.signatures.comparison.r_cos`` of the cosines of the
+    """R_cos of the synthetic tasks: ``layerlaws.core.geometry.r_cos`` of the cosines of the
     anchor embeddings (|A|, d) and of a signature (|A|, ·); NaN when either is constant
     across anchor pairs (a signature identical across anchors)."""
     first, second = cosine_matrix(embedding), cosine_matrix(signature)
@@ -51,7 +49,7 @@ def summarize(
                     f"alignment_{name}": float(
                         np.nanmean([alignment(seed, signatures[task][name]) for seed in final])
                     )
-                    for name in SIGNATURES
+                    for name in ANCHOR_SIGNATURES
                 },
             }
         )

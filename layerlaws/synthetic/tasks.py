@@ -1,4 +1,4 @@
-"""The composite addition tasks of Yao & Xu (paper 003, §5 and Appendix B) and their
+"""The composite addition tasks of Yao & Xu (§5 and Appendix B) and their
 probability signatures, computed from the data (NumPy only).
 
 An input is X = [z, α1, α2]: a key z and two anchors α1, α2 ∈ A (each anchor an addition):
@@ -28,9 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.signatures.comparison import off_diagonal, r_cos
+from layerlaws.core.geometry import cosine_matrix, off_diagonal, r_cos
 
 TASKS = ("add", "add_same_range", "mod")
+ANCHOR_SIGNATURES = ("label", "context", "context_given_label")
+"""The signatures of the anchors (fields of ``Signatures``): φ^y, φ^X, φ^{X|y}."""
 
 
 @dataclass(frozen=True)
@@ -148,14 +150,6 @@ def signatures(task: AdditionTask, inputs: np.ndarray, labels: np.ndarray) -> Si
     )
 
 
-def cosine_matrix(rows: np.ndarray) -> np.ndarray:
-    """Cosine similarity of every pair of rows, float64 (a zero row has cosine 0)."""
-    rows = np.asarray(rows, dtype=np.float64)
-    norms = np.linalg.norm(rows, axis=1)
-    unit = rows / np.where(norms > 0, norms, 1.0)[:, None]
-    return unit @ unit.T
-
-
 def r_order(cosines: np.ndarray, anchors: Sequence[int]) -> float:
     """R_order = Corr(cos(·), |α − α′|) over the off-diagonal pairs (Pearson): −1 when
     similarity falls steadily with the anchors' distance."""
@@ -168,7 +162,7 @@ def signature_table(task: AdditionTask, found: Signatures) -> list[dict[str, obj
     ``min_cosine``, the smallest between two anchors (1: identical across anchors, so it
     cannot order them)."""
     rows: list[dict[str, object]] = []
-    for name in ("label", "context", "context_given_label"):
+    for name in ANCHOR_SIGNATURES:
         cosines = cosine_matrix(getattr(found, name))
         rows.append(
             {

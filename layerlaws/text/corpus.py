@@ -51,6 +51,14 @@ def prompt_texts(prompt_set: Mapping[str, Any], samples: Sequence[pl.DataFrame])
     return texts
 
 
+def prompt_count(prompt_set: Mapping[str, Any]) -> int:
+    """The most texts ``prompt_texts`` gives a coupling prompt set: its own ``texts`` and
+    ``n_from_dataset`` of each of its datasets (fewer when a sample is shorter)."""
+    return len(prompt_set["texts"]) + prompt_set["n_from_dataset"] * len(
+        prompt_datasets(prompt_set)
+    )
+
+
 def excluded_sources(samples: Sequence[str | Path]) -> set[str]:
     """The ``source`` of every text of the samples (sentences.parquet) ``samples``."""
     return {where for path in samples for where in pl.read_parquet(path)["source"].to_list()}

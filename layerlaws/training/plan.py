@@ -18,9 +18,9 @@ import numpy as np
 
 from layerlaws.core.errors import LayerlawsError
 
-ARCHITECTURES = ("llama", "gpt2")
-"""The architectures a model is trained in (Llama-style: RMSNorm, RoPE, SwiGLU; GPT-2
-style: LayerNorm, learned positions, GELU)."""
+TRAINABLE_FAMILIES = ("llama", "gpt2")
+"""The families (rows of ``models.architectures.ARCHITECTURES``) a model is trained in
+(Llama-style: RMSNorm, RoPE, SwiGLU; GPT-2 style: LayerNorm, learned positions, GELU)."""
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ def plot_training_curve(
     curve: pl.DataFrame,
     unigram_entropy: float,
     held_out_unigram_loss: float | None,
+    *,
     path: str | os.PathLike[str],
-    options: Mapping[str, Any],
     title: str,
+    options: Mapping[str, Any],
 ) -> None:
     """Training loss per step and held-out loss where evaluated, against tokens seen, with
     the training corpus's unigram entropy and the held-out loss of its unigram model (the

@@ -182,6 +182,7 @@ def train(
     config: Any,
     tokenizer: Any,
     sequences: np.ndarray,
+    *,
     held_out: np.ndarray | None,
     folder: str | Path,
     device: str,

@@ -1,0 +1,54 @@
+"""The coupling stage's settings (the config's ``coupling`` block: Aubry et al.'s coupling
+of Jacobians, §3.1 for its token-wise kinds, Fig. 23–25 for the trajectories), read once
+from the measuring rule's params. The defaults are the config's, for building settings
+by hand (``layerlaws.api``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from layerlaws.core.settings import (
+    StageSettings,
+    either,
+    integer,
+    one_of,
+    parsed,
+    sequence_of,
+)
+
+
+@dataclass(frozen=True)
+class CouplingSettings(StageSettings):
+    """How block coupling and trajectories are measured (Aubry et al.); the config block's
+    ``runs`` and ``prompts`` are the plan's, not a measurement's."""
+
+    where = "coupling"
+
+    ks: tuple[int, ...] = field(default=(10, 30, 50), metadata=parsed(sequence_of(integer)))
+    """Numbers K ≥ 1 of top singular vectors the coupling m̃ is measured with."""
+    token_layers: tuple[int | tuple[int, int], ...] = field(
+        default=(), metadata=parsed(sequence_of(either(integer, sequence_of(integer, length=2))))
+    )
+    """Token-wise coupling: a layer l (1..L) couples layer l with itself, a pair (l, l′)
+    the Jacobians of l with the singular vectors of l′; () = the middle layer."""
+    fixed_input_token: int = field(default=0, metadata=parsed(integer))
+    """Input token t1 of the fixed_input kind (J_{t1,t}, t ≥ t1); negative counts from
+    the end."""
+    fixed_output_token: int = field(default=-1, metadata=parsed(integer))
+    """Output token t2 of the fixed_output kind (J_{t,t2}, t ≤ t2); −1 = the last token."""
+    final_norm: str = field(
+        default="in_last_block", metadata=parsed(one_of("in_last_block", "excluded"))
+    )
+    """in_last_block: the last block includes the final norm, x^L is what the LM head
+    reads (Aubry et al. Eq. 7); excluded: x^L and the last Jacobian come before it."""
+    svd: str = field(default="full", metadata=parsed(one_of("full", "randomized")))
+    """The top singular vectors by a full or a randomized SVD."""
+    init_seed: int = field(default=0, metadata=parsed(integer))
+    """Seed of the randomly initialised twin."""
+    lss_window: int = field(default=11, metadata=parsed(integer))
+    """Blocks per line-shape window, centred on each block (Aubry et al.'s 11; ≥ 1)."""
+
+    @property
+    def includes_final_norm(self) -> bool:
+        """Whether the last block includes the model's final norm."""
+        return self.final_norm == "in_last_block"

@@ -1,0 +1,77 @@
+"""The equi-learning stage's settings (the config's ``equilearning`` block: He & Su's law of
+equi-learning, Fig. S8 for separation fuzziness, Fig. 2 and S1–S6 for the token views,
+Fig. 7 for masked-LM probing), read once from the pass's rule params."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from layerlaws.core.settings import (
+    StageSettings,
+    integer,
+    nested,
+    number,
+    one_of,
+    parsed,
+    sequence_of,
+    text,
+)
+from layerlaws.forward.settings import MaskingSettings
+
+NORMS = ("model", "standardize", "none")
+CONTROLS = ("none", "shuffled_vocab")
+SPECIAL_TOKENS = ("exclude", "include")
+
+
+@dataclass(frozen=True)
+class FuzzinessSettings:
+    """Separation fuzziness with the next token as the class (He & Su Fig. S8)."""
+
+    min_rows: int = field(metadata=parsed(integer))
+    """A class is counted when this many text tokens precede it (≥ 2)."""
+    max_classes: int = field(metadata=parsed(integer))
+    """At most this many classes, the most frequent (≥ 2)."""
+
+
+@dataclass(frozen=True)
+class TokenViewSettings:
+    """PCA of the contextual embeddings of chosen token groups at chosen layers (He & Su
+    Fig. 2, S1–S6)."""
+
+    groups: tuple[tuple[str, ...], ...] = field(metadata=parsed(sequence_of(sequence_of(text))))
+    """Groups of words, each a single token of the tokenizer; () = no token views."""
+    layers: tuple[int, ...] = field(metadata=parsed(sequence_of(integer)))
+    """Layers 0..L; () = round(L/4), round(L/2), round(3L/4), L."""
+    max_rows: int = field(metadata=parsed(integer))
+    """Occurrences kept per word (the first in the sample; ≥ 2)."""
+    norm: str = field(metadata=parsed(one_of(*NORMS)))
+    """Normalisation of the states before the PCA: model, standardize or none."""
+
+
+@dataclass(frozen=True)
+class EquilearningSettings(StageSettings):
+    """What the equi-learning pass computes (He & Su's law: PR of every layer for each target
+    offset, norm and control)."""
+
+    offsets: tuple[int, ...] = field(metadata=parsed(sequence_of(integer)))
+    """Target offsets k (−8..8): the token at t + k is regressed on h[t]."""
+    norms: tuple[str, ...] = field(metadata=parsed(sequence_of(one_of(*NORMS))))
+    """Normalisations of the states of layers < L: model, standardize, none."""
+    controls: tuple[str, ...] = field(metadata=parsed(sequence_of(one_of(*CONTROLS))))
+    """Targets: none (the token ids) or shuffled_vocab (ids under a fixed permutation)."""
+    shuffle_seed: int = field(metadata=parsed(integer))
+    """Seed of the vocabulary permutation of ``shuffled_vocab``."""
+    cutoff: float = field(metadata=parsed(number))
+    """Relative eigenvalue cut-off of the feature covariance's pseudo-inverse, in
+    (0, 1e-3]."""
+    fuzziness: FuzzinessSettings = field(metadata=parsed(nested(FuzzinessSettings)))
+    """Separation fuzziness (He & Su Fig. S8)."""
+    token_views: TokenViewSettings = field(metadata=parsed(nested(TokenViewSettings)))
+    """Token views (He & Su Fig. 2, S1–S6)."""
+    special_tokens: str = field(metadata=parsed(one_of(*SPECIAL_TOKENS)))
+    """exclude: special tokens are neither inputs nor targets; include: every position
+    is (He & Su's 1 ≤ t ≤ T−1)."""
+    masking: MaskingSettings = field(metadata=parsed(nested(MaskingSettings)))
+    """Masked-LM probing (used when the model's probe is masked_lm)."""
+
+    where = "equilearning"

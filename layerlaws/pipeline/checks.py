@@ -1,0 +1,116 @@
+"""Cross-checks of a validated config that its JSON schema cannot state: every key it
+names refers to something the config defines. Each check raises LayerlawsError with the
+key at fault and what is known instead.
+
+``check_trainings`` and ``check_series`` read the config as written; ``check_runs``,
+``check_signatures`` and ``check_coupling`` read it after expansion, given the expanded
+``models`` and the runs of each stage (the config's runs and those of its series).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.text.corpus import prompt_datasets
+
+Run = Mapping[str, str]
+
+
+def check_trainings(config: Mapping[str, Any]) -> None:
+    """Each training names a model (its tokenizer) and datasets."""
+    for key, training in config["training"].items():
+        for field, table in (
+            ("tokenizer", "models"),
+            ("dataset", "datasets"),
+            ("held_out", "datasets"),
+        ):
+            name = training[field]
+            if name is not None and name not in config[table]:
+                raise LayerlawsError(
+                    f"config training.{key}.{field} is {name!r}, which is not a key of "
+                    f"{table}; known {table}: {sorted(config[table])}"
+                )
+
+
+def check_series(config: Mapping[str, Any]) -> None:
+    """Each series names known datasets, prompts and corpora."""
+    corpora = {*config["datasets"], *config["signatures"]["pools"], "training_corpus"}
+    for name, series in config["series"].items():
+        for field, known in (
+            ("datasets", config["datasets"]),
+            ("prompts", config["coupling"]["prompts"]),
+            ("signatures", corpora),
+        ):
+            values = series[field] if field == "datasets" else [series[field]]
+            for value in values:
+                if value is not None and value not in known:
+                    raise LayerlawsError(
+                        f"config series.{name}.{field} names {value!r}; known: {sorted(known)}"
+                    )
+
+
+def check_runs(config: Mapping[str, Any], models: Mapping[str, Any], runs: Sequence[Run]) -> None:
+    """Every equi-learning run names a model (after expansion) and a dataset."""
+    tables = {"model": ("models", models), "dataset": ("datasets", config["datasets"])}
+    for index, run in enumerate(runs):
+        for kind, (table, known) in tables.items():
+            if run[kind] not in known:
+                raise LayerlawsError(
+                    f"config runs[{index}].{kind} is {run[kind]!r}, which is not a key of "
+                    f"{table}; known {table}: {sorted(known)}"
+                )
+
+
+def check_signatures(
+    config: Mapping[str, Any], models: Mapping[str, Any], runs: Sequence[Run]
+) -> None:
+    """Pools name datasets, pool names differ from dataset keys, signature runs name a
+    model (after expansion) and a dataset or pool."""
+    pools, datasets = config["signatures"]["pools"], config["datasets"]
+    for pool, members in pools.items():
+        if pool in datasets:
+            raise LayerlawsError(
+                f"config signatures.pools.{pool}: a pool may not share its name with a "
+                f"dataset; rename it"
+            )
+        for member in members:
+            if member not in datasets:
+                raise LayerlawsError(
+                    f"config signatures.pools.{pool} names {member!r}, which is not a key "
+                    f"of datasets; known datasets: {sorted(datasets)}"
+                )
+    corpora = sorted([*datasets, *pools])
+    for index, run in enumerate(runs):
+        if run["model"] not in models:
+            raise LayerlawsError(
+                f"config signatures.runs[{index}].model is {run['model']!r}, which is not a "
+                f"key of models; known models: {sorted(models)}"
+            )
+        if run["dataset"] not in corpora:
+            raise LayerlawsError(
+                f"config signatures.runs[{index}].dataset is {run['dataset']!r}, which is "
+                f"neither a dataset nor a pool; known: {corpora}"
+            )
+
+
+def check_coupling(
+    config: Mapping[str, Any], models: Mapping[str, Any], runs: Sequence[Run]
+) -> None:
+    """Prompt sets name datasets; coupling runs name a model (after expansion) and a
+    prompt set."""
+    prompt_sets = config["coupling"]["prompts"]
+    for name, prompts in prompt_sets.items():
+        for dataset in prompt_datasets(prompts):
+            if dataset not in config["datasets"]:
+                raise LayerlawsError(
+                    f"config coupling.prompts.{name}.dataset names {dataset!r}, which is "
+                    f"not a key of datasets; known datasets: {sorted(config['datasets'])}"
+                )
+    for index, run in enumerate(runs):
+        for kind, table in (("model", models), ("prompts", prompt_sets)):
+            if run[kind] not in table:
+                raise LayerlawsError(
+                    f"config coupling.runs[{index}].{kind} is {run[kind]!r}; known: {sorted(table)}"
+                )

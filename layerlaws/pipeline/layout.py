@@ -1,0 +1,150 @@
+"""The results folder: every path the workflow reads or writes, built from one root.
+
+Each method takes the keys of what it names (a model, a dataset, a prompt set…) and
+defaults them to Snakemake wildcards (``{model}``, ``{dataset}``…), so the same method
+gives a rule's output pattern and a concrete path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layerlaws.models.metadata import MODEL_METADATA
+
+MODEL = "{model}"
+DATASET = "{dataset}"
+PROMPTS = "{prompts}"
+TRAINING = "{training}"
+SERIES = "{series}"
+TASK = "{task}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The folders and files under ``root`` (a path relative to the working directory)."""
+
+    root: str = "results"
+
+    # Stage 0: trainings.
+    def training(self, training: str = TRAINING) -> str:
+        """A training's curve, manifest, summary and curve figure."""
+        return f"{self.root}/training/{training}"
+
+    def checkpoints(self, training: str = TRAINING) -> str:
+        """Where a training writes its checkpoints (not declared as outputs: a resumed
+        training finds them there)."""
+        return f"{self.training(training)}/checkpoints"
+
+    def checkpoint_manifest(self, training: str = TRAINING) -> str:
+        """The table of a training's checkpoints (it exists once they all do)."""
+        return f"{self.training(training)}/checkpoints.csv"
+
+    # Stages 1–3: samples, prepared models, tokens.
+    def sentences(self, dataset: str = DATASET) -> str:
+        """A dataset's sampled texts."""
+        return f"{self.root}/corpus/{dataset}/sentences.parquet"
+
+    def model(self, model: str = MODEL) -> str:
+        """A prepared model's folder."""
+        return f"{self.root}/models/{model}"
+
+    def model_facts(self, model: str = MODEL) -> str:
+        """A prepared model's facts file."""
+        return f"{self.model(model)}/{MODEL_METADATA}"
+
+    def tokens(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """A dataset's sample tokenised by a model's tokenizer."""
+        return f"{self.root}/tokens/{model}/{dataset}.parquet"
+
+    def hidden(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """A run's kept hidden states (``hidden_states.keep``)."""
+        return f"{self.root}/hidden/{model}/{dataset}"
+
+    # Stage 4: equi-learning.
+    def equilearning(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """A run's PR table, law fits, token views and figures."""
+        return f"{self.root}/equilearning/{model}/{dataset}"
+
+    def evaluation(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """A run's evaluation table (loss and accuracy of the probing task)."""
+        return f"{self.root}/evaluation/{model}/{dataset}.csv"
+
+    def equilearning_summary(self) -> str:
+        """The cross-run summary tables and figure."""
+        return f"{self.root}/equilearning"
+
+    # Stage 5: probability signatures.
+    def signatures(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """A model's counts and signatures on a corpus (a dataset or a pool)."""
+        return f"{self.root}/signatures/{model}/{dataset}"
+
+    def corpus_comparison(self, model: str = MODEL) -> str:
+        """A model's signatures compared across its corpora."""
+        return f"{self.root}/signatures/{model}"
+
+    # Stage 6: coupling.
+    def coupling(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
+        """A model's block coupling on a prompt set, and its figures."""
+        return f"{self.root}/coupling/{model}/{prompts}"
+
+    def trajectories(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
+        """A model's hidden trajectories on a prompt set, and their figures."""
+        return f"{self.coupling(model, prompts)}/trajectories"
+
+    # Stage 7: series.
+    def series(self, series: str = SERIES) -> str:
+        """A series' summary, fits and figures."""
+        return f"{self.root}/series/{series}"
+
+    # Stage 8: synthetic addition tasks.
+    def synthetic(self) -> str:
+        """The synthetic stage's summary and figures."""
+        return f"{self.root}/synthetic"
+
+    def synthetic_task(self, task: str = TASK) -> str:
+        """An addition task's data and signatures."""
+        return f"{self.synthetic()}/{task}"
+
+    def synthetic_model(self, task: str = TASK, model: str = MODEL) -> str:
+        """An embedding model trained on an addition task."""
+        return f"{self.synthetic_task(task)}/{model}"
+
+    # Logs.
+    def log(self, rule: str, *keys: str) -> str:
+        """The log of a job of ``rule``, named by its ``keys`` (wildcard patterns)."""
+        return "/".join((f"{self.root}/logs/{rule}", *keys)) + ".log"
+
+    def folders(self) -> dict[str, str]:
+        """Every folder method's pattern (wildcards unfilled), by method name."""
+        return {
+            name: getattr(self, name)()
+            for name in (
+                "training",
+                "checkpoints",
+                "model",
+                "hidden",
+                "equilearning",
+                "equilearning_summary",
+                "signatures",
+                "corpus_comparison",
+                "coupling",
+                "trajectories",
+                "series",
+                "synthetic",
+                "synthetic_task",
+                "synthetic_model",
+            )
+        }
+
+    def files(self) -> dict[str, str]:
+        """Every file method's pattern (wildcards unfilled), by method name."""
+        return {
+            name: getattr(self, name)()
+            for name in (
+                "checkpoint_manifest",
+                "sentences",
+                "model_facts",
+                "tokens",
+                "evaluation",
+            )
+        }

@@ -1,0 +1,84 @@
+"""EquilearningSettings from the validated config block and from the pass's rule params:
+typed values, and errors that name a missing or invalid key."""
+
+from dataclasses import fields
+
+import pytest
+from config_blocks import rule_params, validated_block
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.settings import (
+    EquilearningSettings,
+    FuzzinessSettings,
+    MaskingSettings,
+    TokenViewSettings,
+)
+
+
+@pytest.fixture
+def block():
+    return validated_block("equilearning")
+
+
+def test_the_default_block_arrives_with_its_types(block):
+    settings = EquilearningSettings.from_config(block)
+    assert settings.offsets == (-1, 0, 1, 2)
+    assert settings.norms == ("model", "standardize", "none")
+    assert settings.controls == ("none", "shuffled_vocab")
+    assert settings.shuffle_seed == 0 and settings.special_tokens == "exclude"
+    assert isinstance(settings.cutoff, float) and settings.cutoff == 1e-12
+    assert settings.fuzziness == FuzzinessSettings(min_rows=20, max_classes=1000)
+    assert settings.token_views == TokenViewSettings(
+        groups=(("they", "them"), ("have", "had"), ("are", "is")),
+        layers=(),
+        max_rows=500,
+        norm="model",
+    )
+    assert settings.masking == MaskingSettings(rate=0.15, seed=0)
+
+
+def test_the_rule_params_give_the_same_settings(block):
+    params = rule_params(**block, probe="auto", dtype="float32")
+    assert EquilearningSettings.from_params(params) == EquilearningSettings.from_config(block)
+
+
+def test_an_integer_rate_arrives_as_a_float(block):
+    masking = MaskingSettings.from_config({"rate": 1, "seed": 3})
+    assert isinstance(masking.rate, float) and masking.rate == 1.0
+    assert EquilearningSettings.from_config(
+        {**block, "masking": {"rate": 1, "seed": 3}}
+    ).masking == (masking)
+
+
+@pytest.mark.parametrize("key", [setting.name for setting in fields(EquilearningSettings)])
+def test_a_missing_key_is_named(block, key):
+    del block[key]
+    with pytest.raises(LayerlawsError, match=f"^equilearning.{key} is missing"):
+        EquilearningSettings.from_config(block)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("offsets", 1, r"equilearning\.offsets: expected a list"),
+        ("offsets", [1, "2"], r"equilearning\.offsets: expected an integer, got '2'"),
+        ("norms", ["model", "layer"], r"equilearning\.norms: expected one of .*'layer'"),
+        ("controls", ["shuffled"], r"equilearning\.controls: expected one of"),
+        ("shuffle_seed", True, r"equilearning\.shuffle_seed: expected an integer, got True"),
+        ("cutoff", "small", r"equilearning\.cutoff: expected a number"),
+        ("special_tokens", "keep", r"equilearning\.special_tokens: expected one of"),
+        ("fuzziness", {"min_rows": 2}, r"equilearning\.fuzziness\.max_classes is missing"),
+        ("fuzziness", [], r"equilearning\.fuzziness must be a mapping"),
+    ],
+)
+def test_an_invalid_value_is_named(block, key, value, message):
+    with pytest.raises(LayerlawsError, match=message):
+        EquilearningSettings.from_config({**block, key: value})
+
+
+def test_an_invalid_nested_value_is_named(block):
+    views = {**block["token_views"], "norm": "pca"}
+    with pytest.raises(LayerlawsError, match=r"equilearning\.token_views\.norm: expected one"):
+        EquilearningSettings.from_config({**block, "token_views": views})
+    with pytest.raises(LayerlawsError, match=r"equilearning\.masking\.seed is missing"):
+        MaskingSettings.from_config({"rate": 0.15})
