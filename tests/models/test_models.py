@@ -140,7 +140,7 @@ def test_the_trainable_families_are_rows_of_the_table_and_what_the_config_accept
     from layerlaws.models.architectures import ARCHITECTURES
     from layerlaws.training.plan import TRAINABLE_FAMILIES
 
-    schema = yaml.safe_load((Path(__file__).parents[1] / "schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((Path(__file__).parents[2] / "schemas/config.schema.yaml").read_text())
     training = schema["properties"]["training"]["additionalProperties"]["properties"]
     assert tuple(training["architecture"]["enum"]) == TRAINABLE_FAMILIES
     assert set(TRAINABLE_FAMILIES) <= set(ARCHITECTURES)
