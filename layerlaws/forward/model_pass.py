@@ -31,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.forward.batching import CPU_BATCH_SIZE
+from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
 from layerlaws.models.blocks import layer_states
 from layerlaws.models.facts import ModelFacts
 
@@ -104,17 +104,19 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
 
 
 def automatic_batch_size(facts: ModelFacts, longest: int, device: str, dtype_bytes: int) -> int:
-    """Sequences per batch that should fit in half the device's free memory.
-
-    Counts working space of roughly L + 25 hidden-size vectors per token (MLP, attention,
-    norms, the states observed). The estimate is rough on purpose: an out-of-memory batch
-    is split and retried.
-    """
+    """Sequences per batch that should fit in half the device's free memory
+    (``layerlaws.forward.batching``). The estimate is rough on purpose: an out-of-memory
+    batch is split and retried."""
     if not device.startswith("cuda"):
         return CPU_BATCH_SIZE
     free_bytes, _ = torch.cuda.mem_get_info(torch.device(device))
-    per_sequence = longest * (facts.num_layers + 1 + 24) * facts.hidden_size * dtype_bytes
-    return int(max(1, min(512, free_bytes // 2 // per_sequence)))
+    return gpu_batch_size(
+        free_bytes,
+        longest=longest,
+        num_layers=facts.num_layers,
+        hidden_size=facts.hidden_size,
+        dtype_bytes=dtype_bytes,
+    )
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerlaws.core.dtypes import DTYPE_BYTES
+from layerlaws.forward.batching import activation_vectors
 
 MIB = 2**20
-WORKING_VECTORS = 24
-"""Hidden-size vectors of working space per token in a forward pass (MLP, attention,
-norms), beside one per layer."""
 HOST_BASE_MB = 2048
 """Host memory of a job before its model: the interpreter, torch, transformers."""
 GPU_USABLE = 0.9
@@ -81,7 +79,7 @@ def statistics_bytes(
 def _forward_bytes(size: ModelSize, dtype: str, batch_tokens: int) -> int:
     """Weights plus the working memory of a forward pass over ``batch_tokens`` tokens."""
     itemsize = DTYPE_BYTES[dtype]
-    activations = batch_tokens * (size.num_layers + 1 + WORKING_VECTORS) * size.hidden_size
+    activations = batch_tokens * activation_vectors(size.num_layers) * size.hidden_size
     return size.parameters * itemsize + activations * itemsize
 
 
