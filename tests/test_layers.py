@@ -136,3 +136,34 @@ def test_the_check_finds_upward_and_sideways_imports(tmp_path, text, offending):
     found = upward_imports(library, [["top"], ["middle", "peer"], ["low"]])
     assert bool(found) is offending
     assert all(item.startswith("layerlaws/middle/d.py:") for item in found)
+
+
+def stage_rows() -> list[list[str]]:
+    """The cells of the README's stage table (rule file, rules, scripts, package: modules)."""
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in _section("Stages").splitlines()
+        if line.startswith("| ") and not line.startswith("| stage ")
+    ]
+    assert rows, "README: no stage table in *Stages*"
+    return rows
+
+
+def test_the_stage_table_names_rule_files_rules_scripts_and_modules_that_exist():
+    for _stage, rule_file, rules, scripts, modules in stage_rows():
+        rule_path = ROOT / rule_file.strip("`")
+        assert rule_path.is_file(), rule_file
+        declared = set(re.findall(r"^rule (\w+):", rule_path.read_text(), re.M))
+        for rule in re.findall(r"`(\w+)`", rules):
+            assert rule in declared, f"{rule} is not a rule of {rule_file}"
+        for script in re.findall(r"`([\w.]+\.py)`", scripts):
+            assert (ROOT / "scripts" / script).is_file(), script
+        for package, names in re.findall(r"`(\w+)`: ((?:`\w+`(?: \([^)]*\))?,? ?)+)", modules):
+            for module in re.findall(r"`(\w+)`", names):
+                assert (LIBRARY / package / f"{module}.py").is_file(), f"{package}.{module}"
+
+
+def test_every_rule_file_is_a_stage_of_the_table():
+    listed = {row[1].strip("`") for row in stage_rows()}
+    present = {f"rules/{path.name}" for path in (ROOT / "rules").glob("*.smk")}
+    assert present - {"rules/common.smk"} == listed
