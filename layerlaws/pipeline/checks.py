@@ -9,13 +9,23 @@ key at fault and what is known instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.text.corpus import prompt_datasets
 
 Run = Mapping[str, str]
+
+
+def require_key(where: str, value: Any, table: str, known: Collection[str]) -> None:
+    """Raise unless ``value`` (the config's value at the dotted key ``where``) is one of
+    ``known``, the keys of the config's ``table``."""
+    if value not in known:
+        raise LayerlawsError(
+            f"config {where} is {value!r}, which is not a key of {table}; known {table}: "
+            f"{sorted(known)}"
+        )
 
 
 def check_trainings(config: Mapping[str, Any]) -> None:
@@ -26,12 +36,8 @@ def check_trainings(config: Mapping[str, Any]) -> None:
             ("dataset", "datasets"),
             ("held_out", "datasets"),
         ):
-            name = training[field]
-            if name is not None and name not in config[table]:
-                raise LayerlawsError(
-                    f"config training.{key}.{field} is {name!r}, which is not a key of "
-                    f"{table}; known {table}: {sorted(config[table])}"
-                )
+            if training[field] is not None:
+                require_key(f"training.{key}.{field}", training[field], table, config[table])
 
 
 def check_series(config: Mapping[str, Any]) -> None:
@@ -56,11 +62,7 @@ def check_runs(config: Mapping[str, Any], models: Mapping[str, Any], runs: Seque
     tables = {"model": ("models", models), "dataset": ("datasets", config["datasets"])}
     for index, run in enumerate(runs):
         for kind, (table, known) in tables.items():
-            if run[kind] not in known:
-                raise LayerlawsError(
-                    f"config runs[{index}].{kind} is {run[kind]!r}, which is not a key of "
-                    f"{table}; known {table}: {sorted(known)}"
-                )
+            require_key(f"runs[{index}].{kind}", run[kind], table, known)
 
 
 def check_signatures(
@@ -83,11 +85,7 @@ def check_signatures(
                 )
     corpora = sorted([*datasets, *pools])
     for index, run in enumerate(runs):
-        if run["model"] not in models:
-            raise LayerlawsError(
-                f"config signatures.runs[{index}].model is {run['model']!r}, which is not a "
-                f"key of models; known models: {sorted(models)}"
-            )
+        require_key(f"signatures.runs[{index}].model", run["model"], "models", models)
         if run["dataset"] not in corpora:
             raise LayerlawsError(
                 f"config signatures.runs[{index}].dataset is {run['dataset']!r}, which is "
@@ -101,6 +99,7 @@ def check_coupling(
     """Prompt sets name datasets; coupling runs name a model (after expansion) and a
     prompt set."""
     prompt_sets = config["coupling"]["prompts"]
+    tables = {"model": ("models", models), "prompts": ("coupling.prompts", prompt_sets)}
     for name, prompts in prompt_sets.items():
         for dataset in prompt_datasets(prompts):
             if dataset not in config["datasets"]:
@@ -109,8 +108,5 @@ def check_coupling(
                     f"not a key of datasets; known datasets: {sorted(config['datasets'])}"
                 )
     for index, run in enumerate(runs):
-        for kind, table in (("model", models), ("prompts", prompt_sets)):
-            if run[kind] not in table:
-                raise LayerlawsError(
-                    f"config coupling.runs[{index}].{kind} is {run[kind]!r}; known: {sorted(table)}"
-                )
+        for kind, (table, known) in tables.items():
+            require_key(f"coupling.runs[{index}].{kind}", run[kind], table, known)

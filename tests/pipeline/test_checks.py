@@ -80,4 +80,8 @@ def test_a_prompt_set_names_known_datasets(config):
 
 def test_a_coupling_run_names_a_known_prompt_set(config):
     config["coupling"]["runs"][0]["prompts"] = "nope"
-    fails(config, "config coupling.runs[0].prompts is 'nope'; known: ['paper']")
+    fails(
+        config,
+        "config coupling.runs[0].prompts is 'nope', which is not a key of coupling.prompts; "
+        "known coupling.prompts: ['paper']",
+    )
