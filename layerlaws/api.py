@@ -103,15 +103,21 @@ def coupling(
     ks: Sequence[int] = (10,),
     token_layers: Sequence[int | Sequence[int]] = (),
     lss_window: int = 11,
+    metrics: Sequence[str] = ("paper",),
 ) -> PromptMeasurement:
     """Depth-wise and token-wise coupling and the trajectory of one prompt (rows of
-    ``depth``, ``tokens``, ``trajectories``, ``layers`` as in the pipeline's tables). Load
-    the model with ``attn_implementation="eager"``: the fused attention kernels have no
-    batching rule for the Jacobians."""
+    ``depth``, ``tokens``, ``trajectories``, ``layers`` as in the pipeline's tables), by the
+    coupling ``metrics`` (``paper``, Aubry et al.'s Eq. 14, and the released code's
+    ``released_trace``, ``released_norm``, ``released_trace_swapped``,
+    ``released_norm_swapped``). Load the model with ``attn_implementation="eager"``: the
+    fused attention kernels have no batching rule for the Jacobians."""
     ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
     facts = model_facts(model, {"kind": "memory"})
     settings = CouplingSettings(
-        ks=tuple(ks), token_layers=tuple(token_layers), lss_window=lss_window
+        ks=tuple(ks),
+        token_layers=tuple(token_layers),
+        lss_window=lss_window,
+        metrics=tuple(metrics),
     )
     device = next(model.parameters()).device
     return measure_prompt(

@@ -41,8 +41,17 @@ def test_the_api_matches_the_pipeline_functions(in_memory):
     assert set(law.law["offset"]) == {0, 1}
     found = api.signatures(model, tokenizer, texts, top_tokens=30)
     assert found.summary["n_tokens"] <= 30 and found.rcos["r_cos"].is_between(-1, 1).all()
-    measured = api.coupling(model, tokenizer, texts[0][:60], ks=[2], token_layers=[[1, 2]])
+    measured = api.coupling(
+        model,
+        tokenizer,
+        texts[0][:60],
+        ks=[2],
+        token_layers=[[1, 2]],
+        metrics=["paper", "released_norm"],
+    )
     depth = pl.DataFrame(measured.depth)
-    assert depth["miscoupling"].is_between(0, 1).all()
+    assert set(depth["metric"]) == {"paper", "released_norm"}
+    assert depth.filter(pl.col("metric") == "paper")["miscoupling"].is_between(0, 1).all()
+    assert len(depth) == 2 * 4 * 4  # metrics × layer pairs of the tiny model's 4 blocks
     assert {(row["layer_a"], row["layer_b"]) for row in measured.tokens} == {(1, 2)}
     assert np.isfinite([row["lss"] for row in measured.trajectories]).all()

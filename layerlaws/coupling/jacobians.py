@@ -12,7 +12,8 @@ RecurrentGemma's square root).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -29,7 +30,8 @@ def jacobian_rows(
     """J_{t1, t2} for t2 = ``output_token`` and each t1 in ``input_tokens``.
 
     ``stream`` is X (T, d). Returns (len(input_tokens), d, d): entry [k, i, j] is
-    ∂f(X)_{t2, i} / ∂x_{input_tokens[k], j}.
+    ∂f(X)_{t2, i} / ∂x_{input_tokens[k], j}, in float32 at least (a bfloat16 or float16
+    model's Jacobians are widened: the SVDs that follow have no half-precision kernels).
     """
     length, width = stream.shape
     wanted = torch.as_tensor(list(input_tokens), dtype=torch.long)
@@ -47,16 +49,34 @@ def jacobian_rows(
                 outputs, inputs, cotangents, retain_graph=True, is_grads_batched=True
             )
             rows.append(gradients[:, 0, wanted, :])
-    return torch.cat(rows).transpose(0, 1).contiguous()
+    jacobians = torch.cat(rows).transpose(0, 1).contiguous()
+    return jacobians.to(torch.promote_types(jacobians.dtype, torch.float32))
 
 
 def top_singular(
-    matrix: torch.Tensor, k: int, method: str = "full"
+    matrix: torch.Tensor, k: int, method: str = "full", seed: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-``k`` singular triplets (U (d, k), S (k,), V (d, k)) of a (d, d) matrix, by a
-    full SVD or a randomised one (``torch.svd_lowrank``, 2k columns, 4 power steps)."""
+    full SVD or a randomised one (``torch.svd_lowrank``, 2k columns, 4 power steps) whose
+    random projection is drawn from ``seed`` (``coupling.svd_seed``): the same matrix gives
+    the same triplets whatever the global random state, which is left as it was."""
     if method == "randomized":
-        u, s, v = torch.svd_lowrank(matrix, q=min(2 * k, min(matrix.shape)), niter=4)
+        with _seeded(matrix.device, seed):
+            u, s, v = torch.svd_lowrank(matrix, q=min(2 * k, min(matrix.shape)), niter=4)
         return u[:, :k], s[:k], v[:, :k]
     u, s, vh = torch.linalg.svd(matrix)
     return u[:, :k], s[:k], vh[:k].T
+
+
+@contextmanager
+def _seeded(device: torch.device, seed: int) -> Iterator[None]:
+    """Within, the generator of ``device`` (the CPU's, or one GPU's) starts from ``seed``;
+    after, it and every other generator are as they were before."""
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        else:
+            torch.default_generator.manual_seed(seed)
+        yield

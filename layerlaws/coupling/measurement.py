@@ -3,7 +3,9 @@
 For a prompt of T tokens and a model of L blocks (the last one including the final norm,
 Eq. 7, unless ``final_norm`` is off):
 - depth: the last token's self-Jacobian J^l_{TT} at every layer; M[l, l′] = m̃ of J^l
-  coupled with the singular vectors of J^{l′}; the top-K singular values of each J^l;
+  coupled with the singular vectors of J^{l′}, by each chosen metric (the paper's or the
+  released code's, ``layerlaws.coupling.miscoupling``); the top-K singular values of each
+  J^l;
 - tokens, for chosen layer pairs (l, l′) (l = l′ by default): M[t, t′] = m̃ of a Jacobian
   at layer l and token t coupled with the singular vectors of one at layer l′ and token t′
   — self-Jacobians J_{tt} (``self``), context Jacobians with the output token fixed
@@ -29,7 +31,7 @@ import torch
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
-from layerlaws.coupling.miscoupling import miscoupling_matrix
+from layerlaws.coupling.miscoupling import PAPER, miscoupling_matrices
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
@@ -120,9 +122,10 @@ def measure_prompt(
     settings: CouplingSettings,
     vjp_chunk: int = 64,
 ) -> PromptMeasurement:
-    """Measure one prompt ``input_ids`` (1, T) as ``settings`` say (its ``ks``, ``svd``,
-    ``lss_window`` and ``final_norm``; ``token_coupling`` resolves its token layers), with
-    ``vjp_chunk`` output rows per batched VJP. Layers are numbered 1..L (block l maps
+    """Measure one prompt ``input_ids`` (1, T) as ``settings`` say (its ``ks``,
+    ``metrics``, ``svd``, ``svd_seed``, ``lss_window`` and ``final_norm``;
+    ``token_coupling`` resolves its token layers), with ``vjp_chunk`` output rows per
+    batched VJP. Layers are numbered 1..L (block l maps
     x^{l-1} to x^l); tokens 0..T−1."""
     ks, svd = settings.ks, settings.svd
     calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
@@ -134,14 +137,15 @@ def measure_prompt(
         jacobian_rows(call.branch, stream, last, [last], vjp_chunk)[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
-    depth_factors = [top_singular(j, k_max, svd) for j in depth]
-    for k in ks:
-        matrix = miscoupling_matrix(depth, depth_factors, k)
-        result.depth += [
-            {"layer_a": a + 1, "layer_b": b + 1, "k": k, "miscoupling": float(matrix[a, b])}
-            for a in range(n_layers)
-            for b in range(n_layers)
-        ]
+    depth_factors = [top_singular(j, k_max, svd, settings.svd_seed) for j in depth]
+    matrices = miscoupling_matrices(
+        depth, [s for _, s, _ in depth_factors], depth_factors, ks, settings.metrics
+    )
+    result.depth = [
+        {"layer_a": a + 1, "layer_b": b + 1, "k": k, "metric": metric, "miscoupling": float(value)}
+        for (metric, k), matrix in matrices.items()
+        for (a, b), value in np.ndenumerate(matrix.numpy())
+    ]
     result.factors = {
         "u": torch.stack([u for u, _, _ in depth_factors]).cpu().numpy(),
         "s": torch.stack([s for _, s, _ in depth_factors]).cpu().numpy(),
@@ -159,6 +163,7 @@ def measure_prompt(
     fixed_output = token_coupling.token(
         token_coupling.fixed_output_token, length, "fixed_output_token"
     )
+    seed, needs_values = settings.svd_seed, bool(set(settings.metrics) - {PAPER})
     jacobians = {
         layer: _token_jacobians(
             calls[layer - 1], streams[layer - 1], fixed_input, fixed_output, vjp_chunk
@@ -168,22 +173,30 @@ def measure_prompt(
     for layer_a, layer_b in token_coupling.layer_pairs:
         for kind in TOKEN_KINDS:
             tokens = [token for token, _ in jacobians[layer_a][kind]]
-            factors = [top_singular(j, k_max, svd) for _, j in jacobians[layer_b][kind]]
-            for k in ks:
-                matrix = miscoupling_matrix([j for _, j in jacobians[layer_a][kind]], factors, k)
-                result.tokens += [
-                    {
-                        "layer_a": layer_a,
-                        "layer_b": layer_b,
-                        "kind": kind,
-                        "token_a": token_a,
-                        "token_b": token_b,
-                        "k": k,
-                        "miscoupling": float(matrix[a, b]),
-                    }
-                    for a, token_a in enumerate(tokens)
-                    for b, token_b in enumerate(tokens)
-                ]
+            coupled = [j for _, j in jacobians[layer_a][kind]]
+            factors = [top_singular(j, k_max, svd, seed) for _, j in jacobians[layer_b][kind]]
+            own = None
+            if needs_values:  # the released metrics divide by the coupled J's own values
+                own = (
+                    [s for _, s, _ in factors]
+                    if layer_a == layer_b
+                    else [top_singular(j, k_max, svd, seed)[1] for j in coupled]
+                )
+            matrices = miscoupling_matrices(coupled, own, factors, ks, settings.metrics)
+            result.tokens += [
+                {
+                    "layer_a": layer_a,
+                    "layer_b": layer_b,
+                    "kind": kind,
+                    "token_a": tokens[a],
+                    "token_b": tokens[b],
+                    "k": k,
+                    "metric": metric,
+                    "miscoupling": float(value),
+                }
+                for (metric, k), matrix in matrices.items()
+                for (a, b), value in np.ndenumerate(matrix.numpy())
+            ]
 
     for token in range(length):
         trajectory = result.streams[:, token]
@@ -216,11 +229,12 @@ class PromptSetMeasurement:
     """The tables and arrays of a prompt set measured under several weights."""
 
     depth: pl.DataFrame
-    """weights, prompt (index or ``mean``), layer_a, layer_b, k, miscoupling."""
+    """weights, prompt (index or ``mean``), layer_a, layer_b, k, metric, miscoupling (the
+    value of that coupling metric, ``layerlaws.coupling.miscoupling``)."""
     singular_values: pl.DataFrame
     """weights, prompt, layer, rank (1..K), singular_value (of the last token's J^l)."""
     tokens: pl.DataFrame
-    """weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, miscoupling."""
+    """weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, metric, miscoupling."""
     trajectories: pl.DataFrame
     """weights, prompt, token, lss, expodistance, equidistance_cv, text."""
     layers: pl.DataFrame
@@ -266,7 +280,7 @@ def measure_prompt_set(
             log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
     depth = pl.DataFrame(rows["depth"])
     mean = (
-        depth.group_by("weights", "layer_a", "layer_b", "k", maintain_order=True)
+        depth.group_by("weights", "layer_a", "layer_b", "k", "metric", maintain_order=True)
         .agg(pl.col("miscoupling").mean())
         .with_columns(prompt=pl.lit("mean"))
     )

@@ -1,10 +1,18 @@
-"""Coupling of Jacobians (Aubry et al., §3.1).
+"""Coupling of Jacobians (Aubry et al., §3.1), by the paper's metric or by the authors'
+released code's.
 
 The coupling matrix of J with the top-K singular vectors (U′_K, V′_K) of another Jacobian
-J′ is A = U′_Kᵀ J V′_K (K × K); the mis-coupling m̃(A) = ‖A − Diag(A)‖_F / ‖A‖_F is 0 when
-J′'s singular vectors diagonalise J too (coupled) and about sqrt(1 − 1/K) when they are
-unrelated (then A is like a K × K matrix of independent entries, whose off-diagonal
-holds a fraction 1 − 1/K of the squared mass).
+J′ is A = U′_Kᵀ J V′_K (K × K). The metrics (``coupling.metrics``), each 0 when J′'s
+singular vectors diagonalise J:
+- ``paper`` (Aubry et al., Eq. 14): m̃(A) = ‖A − Diag(A)‖_F / ‖A‖_F; about sqrt(1 − 1/K)
+  when the vectors are unrelated (A is then like a K × K matrix of independent entries,
+  whose off-diagonal holds a fraction 1 − 1/K of the squared mass);
+- ``released_trace``: ‖|A| − S_K‖_F / tr(S_K), with |A| elementwise and S_K = diag(s_1…s_K)
+  the top-K singular values of J itself (the released code's ``ujv`` ``trace`` metric);
+- ``released_norm``: ‖|A| − S_K‖_F / ‖(s_1…s_K)‖_2 (``ujv``, ``norm``);
+- ``released_trace_swapped``, ``released_norm_swapped``: the same with U′ and V′ swapped,
+  A = V′_Kᵀ J U′_K (the released code's ``vju``).
+The released metrics are not bounded by 1.
 """
 
 from __future__ import annotations
@@ -13,23 +21,95 @@ from collections.abc import Sequence
 
 import torch
 
+from layerlaws.core.errors import LayerlawsError
+
+PAPER = "paper"
+RELEASED = {
+    "released_trace": ("trace", False),
+    "released_norm": ("norm", False),
+    "released_trace_swapped": ("trace", True),
+    "released_norm_swapped": ("norm", True),
+}
+"""The released code's metrics: (normaliser, whether U′ and V′ are swapped)."""
+METRICS = (PAPER, *RELEASED)
+"""The coupling metrics, ``paper`` first (the default)."""
+
+Factors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+"""Top singular triplets U (d, K), S (K,), V (d, K) of a Jacobian."""
+
 
 def miscoupling(coupling: torch.Tensor) -> float:
-    """m̃(A) = ‖A − Diag(A)‖_F / ‖A‖_F of a square matrix A."""
-    total = torch.linalg.matrix_norm(coupling).item()
-    off_diagonal = torch.linalg.matrix_norm(coupling - torch.diag(torch.diag(coupling))).item()
-    return off_diagonal / total if total > 0 else float("nan")
+    """m̃(A) = ‖A − Diag(A)‖_F / ‖A‖_F of a square matrix A (the paper's metric)."""
+    return float(_paper(coupling.double()[None])[0])
 
 
-def miscoupling_matrix(
-    jacobians: Sequence[torch.Tensor],
-    factors: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-    k: int,
+def _paper(couplings: torch.Tensor) -> torch.Tensor:
+    """m̃ of each (K, K) matrix of a stack (n, K, K); NaN for a zero matrix."""
+    total = torch.linalg.matrix_norm(couplings)
+    off = torch.linalg.matrix_norm(couplings - torch.diag_embed(couplings.diagonal(0, -2, -1)))
+    return torch.where(total > 0, off / total, torch.nan)
+
+
+def _released(couplings: torch.Tensor, values: torch.Tensor, normaliser: str) -> torch.Tensor:
+    """‖|A| − diag(values)‖_F / tr or ‖·‖_2 of ``values`` (K,), for each A of (n, K, K)."""
+    difference = torch.linalg.matrix_norm(couplings.abs() - torch.diag(values))
+    scale = values.sum() if normaliser == "trace" else torch.linalg.vector_norm(values)
+    return difference / scale
+
+
+def metric_values(
+    metric: str, couplings: torch.Tensor, swapped: torch.Tensor | None, values: torch.Tensor
 ) -> torch.Tensor:
-    """M[a, b] = m̃(U_bᵀ J_a V_b) with the top-k singular vectors of J_b; (n, n) float64."""
-    n = len(jacobians)
-    result = torch.empty(n, n, dtype=torch.float64)
-    for a, jacobian in enumerate(jacobians):
-        for b, (u, _, v) in enumerate(factors):
-            result[a, b] = miscoupling(u[:, :k].T @ jacobian @ v[:, :k])
-    return result
+    """``metric`` of each coupling matrix: ``couplings`` (n, K, K) are U′ᵀ J V′,
+    ``swapped`` V′ᵀ J U′ (None when no swapped metric is asked for), ``values`` (K,) J's
+    own top-K singular values; float64 (n,)."""
+    if metric == PAPER:
+        return _paper(couplings)
+    normaliser, is_swapped = RELEASED[metric]
+    return _released(swapped if is_swapped else couplings, values, normaliser)
+
+
+def miscoupling_matrices(
+    jacobians: Sequence[torch.Tensor],
+    values: Sequence[torch.Tensor] | None,
+    factors: Sequence[Factors],
+    ks: Sequence[int],
+    metrics: Sequence[str] = (PAPER,),
+) -> dict[tuple[str, int], torch.Tensor]:
+    """M[a, b] of every metric and K: the Jacobian J_a (d, d), with its own top singular
+    values ``values[a]`` (at least max K; None will do for the paper's metric alone),
+    coupled with the top-K singular vectors of ``factors[b]``. Each coupling matrix is
+    computed once at the largest K and cut for the smaller ones (A_K is the top-left
+    K × K block of A_{K_max}). Returns {(metric, K): (n_a, n_b)
+    float64 on the CPU}."""
+    unknown = [metric for metric in metrics if metric not in METRICS]
+    if unknown:
+        raise LayerlawsError(
+            f"coupling.metrics: unknown {unknown}; expected some of {', '.join(METRICS)}"
+        )
+    if values is None:
+        if set(metrics) - {PAPER}:
+            raise LayerlawsError(
+                f"coupling.metrics {list(metrics)}: the released metrics need each Jacobian's "
+                "own singular values"
+            )
+        values = [torch.zeros(0)] * len(jacobians)
+    k_max = max(ks)
+    u = torch.stack([factor[0][:, :k_max] for factor in factors])  # (n_b, d, K)
+    v = torch.stack([factor[2][:, :k_max] for factor in factors])
+    needs_swapped = any(RELEASED[metric][1] for metric in metrics if metric != PAPER)
+    rows: dict[tuple[str, int], list[torch.Tensor]] = {(m, k): [] for m in metrics for k in ks}
+    for jacobian, own in zip(jacobians, values, strict=True):
+        couplings = (u.transpose(1, 2) @ jacobian @ v).double()
+        swapped = (v.transpose(1, 2) @ jacobian @ u).double() if needs_swapped else None
+        for k in ks:
+            for metric in metrics:
+                rows[metric, k].append(
+                    metric_values(
+                        metric,
+                        couplings[:, :k, :k],
+                        None if swapped is None else swapped[:, :k, :k],
+                        own[:k].double(),
+                    ).cpu()
+                )
+    return {key: torch.stack(row) for key, row in rows.items()}

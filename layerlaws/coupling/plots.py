@@ -17,6 +17,16 @@ from layerlaws.core.figures import plt, save_figure
 from layerlaws.core.geometry import principal_plane
 
 WEIGHTS = ("trained", "random")
+DRAWN_METRIC = "paper"
+"""The coupling metric the figures draw: Aubry et al.'s m̃ (Eq. 14)."""
+
+
+def _paper_metric(table: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the drawn metric (tables written before the ``metric`` column hold only
+    the paper's)."""
+    if "metric" not in table.columns:
+        return table
+    return table.filter(pl.col("metric") == DRAWN_METRIC)
 
 
 def _square(table: pl.DataFrame, row: str, column: str) -> np.ndarray:
@@ -36,7 +46,9 @@ def plot_depth(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Depth-wise mis-coupling M[l, l′] of the last token, mean over prompts (Fig. 3)."""
+    """Depth-wise mis-coupling M[l, l′] of the last token by the paper's metric, mean over
+    prompts (Fig. 3)."""
+    depth = _paper_metric(depth)
     k = depth["k"].min()
     figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.2))
     for axis, weights in zip(axes, WEIGHTS, strict=True):
@@ -67,7 +79,9 @@ def plot_tokens(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Token-wise mis-coupling at the first chosen layer pair, first prompt (Fig. 4)."""
+    """Token-wise mis-coupling by the paper's metric at the first chosen layer pair, first
+    prompt (Fig. 4)."""
+    tokens = _paper_metric(tokens)
     k = tokens["k"].min()
     layer_a, layer_b = tokens.row(0, named=True)["layer_a"], tokens.row(0, named=True)["layer_b"]
     kinds = tokens["kind"].unique(maintain_order=True).to_list()
@@ -109,20 +123,19 @@ def plot_adjacency(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Mean mis-coupling against layer distance |l − l′| (Fig. 1c–e): coupling is expected
-    to be strongest between adjacent layers of a trained model."""
+    """Mean mis-coupling (the paper's metric) against layer distance |l − l′| (Fig. 1c–e):
+    coupling is expected to be strongest between adjacent layers of a trained model."""
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     distances = (
-        depth.filter(pl.col("prompt") == "mean")
+        _paper_metric(depth)
+        .filter(pl.col("prompt") == "mean")
         .with_columns(distance=(pl.col("layer_a") - pl.col("layer_b")).abs())
         .filter(pl.col("distance") > 0)
         .group_by("weights", "k", "distance")
         .agg(pl.col("miscoupling").mean())
-        .sort("distance")
+        .sort("weights", "k", "distance")
     )
-    for (weights, k), block in distances.sort("weights", "k").group_by(
-        ["weights", "k"], maintain_order=True
-    ):
+    for (weights, k), block in distances.group_by(["weights", "k"], maintain_order=True):
         axis.plot(
             block["distance"],
             block["miscoupling"],

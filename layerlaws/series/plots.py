@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.figures import plt, save_figure
+from layerlaws.series.summary import PAPER_METRIC, coupling_column_parts
 
 QUANTITY_LABELS = {
     "rho": "decay ratio ρ",
@@ -39,17 +40,23 @@ X_LABELS = {
 
 
 def _label(column: str) -> str:
-    if column.startswith("miscoupling_all_k"):
-        return f"mean mis-coupling m, K={column.rsplit('_k', 1)[1]}"
-    if column.startswith("miscoupling_offdiagonal_k"):
-        return f"off-diagonal m̃, K={column.rsplit('_k', 1)[1]}"
+    if column.startswith("miscoupling_"):
+        kind, k, metric = coupling_column_parts(column)
+        name = {"all": "mean mis-coupling m", "offdiagonal": "off-diagonal m̃"}[kind]
+        return f"{name}, K={k}" + ("" if metric == PAPER_METRIC else f" ({metric})")
     return QUANTITY_LABELS.get(column, column)
 
 
 def quantities_of(summary: pl.DataFrame) -> list[str]:
-    """The summary's measured columns, in the order they are drawn."""
+    """The summary's measured columns, in the order they are drawn (of the coupling
+    metrics other than the paper's, the mean over all layer pairs only)."""
     ordered = [c for c in QUANTITY_LABELS if c in summary.columns]
-    coupling = [c for c in summary.columns if c.startswith("miscoupling_")]
+    coupling = [
+        c
+        for c in summary.columns
+        if c.startswith("miscoupling_")
+        and (c.startswith("miscoupling_all_") or coupling_column_parts(c)[2] == PAPER_METRIC)
+    ]
     scores = [c for c in summary.columns if c.startswith("score_")]
     return ordered + coupling + scores
 
@@ -122,8 +129,11 @@ def plot_generalisation(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Generalisation (held-out loss, external scores) against coupling (−m), with the
-    least-squares line, R² and p-value of each fit; a note when nothing can be fitted."""
+    """Generalisation (held-out loss, external scores) against coupling (−m by the paper's
+    metric; ``fits.csv`` has the other metrics' fits too), with the least-squares line, R²
+    and p-value of each fit; a note when nothing can be fitted."""
+    if "metric" in fits.columns:
+        fits = fits.filter(pl.col("metric") == PAPER_METRIC)
     figure, axes = _panels(len(fits), min(3, max(1, len(fits))), 2.8, options)
     if fits.is_empty():
         axes[0, 0].text(

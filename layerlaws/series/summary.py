@@ -10,9 +10,10 @@ Columns (absent stages leave theirs out):
   ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``;
 - held-out ``loss`` (nats), ``perplexity``, ``accuracy``;
 - coupling of the trained weights, per K: ``miscoupling_all_k{K}``, the paper's aggregate
-  (§5.4: mis-coupling of the last token's Jacobians averaged over all layer pairs l, l′,
-  diagonal included, and over prompts) and ``miscoupling_offdiagonal_k{K}`` (pairs
-  l ≠ l′ only);
+  (§5.4: m̃ of the last token's Jacobians averaged over all layer pairs l, l′, diagonal
+  included, and over prompts) and ``miscoupling_offdiagonal_k{K}`` (pairs l ≠ l′ only);
+  the same of every other chosen coupling metric (``coupling.metrics``) with the metric as
+  a suffix, ``miscoupling_all_k{K}_{metric}``, ``miscoupling_offdiagonal_k{K}_{metric}``;
 - ``lss_median``, ``expodistance_median``, ``equidistance_cv_median`` of the trained
   weights' token trajectories;
 - ``rcos_we_next`` = R_cos(W_E, φ_next), ``rcos_wu_pre`` = R_cos(W_U, φ_pre);
@@ -50,18 +51,42 @@ def evaluation_columns(path: str) -> dict[str, float]:
     return {column: float(table[column][0]) for column in EVALUATION_COLUMNS}
 
 
+PAPER_METRIC = "paper"
+"""The ``metric`` of Aubry et al.'s m̃ (Eq. 14) in ``depth.csv``; its summary columns
+carry no suffix."""
+
+
+def coupling_column(kind: str, k: int, metric: str) -> str:
+    """The summary column of a coupling aggregate: ``miscoupling_{kind}_k{K}`` for the
+    paper's metric, ``miscoupling_{kind}_k{K}_{metric}`` for another (``kind``: ``all`` or
+    ``offdiagonal``)."""
+    name = f"miscoupling_{kind}_k{k}"
+    return name if metric == PAPER_METRIC else f"{name}_{metric}"
+
+
+def coupling_column_parts(column: str) -> tuple[str, int, str]:
+    """(kind, K, metric) of a column named by ``coupling_column``."""
+    kind, rest = column.removeprefix("miscoupling_").split("_k", 1)
+    k, _, metric = rest.partition("_")
+    return kind, int(k), metric or PAPER_METRIC
+
+
 def coupling_columns(path: str) -> dict[str, float]:
-    """The depth-wise mis-coupling of the trained weights per K (``depth.csv``), over all
-    layer pairs and over the pairs off the diagonal, both averaged over prompts."""
+    """The depth-wise coupling of the trained weights per metric and K (``depth.csv``; a
+    table without a ``metric`` column holds the paper's), over all layer pairs and over the
+    pairs off the diagonal, both averaged over prompts."""
     depth = pl.read_csv(path, schema_overrides={"prompt": pl.String}).filter(
         (pl.col("weights") == "trained") & (pl.col("prompt") == "mean")
     )
+    if "metric" not in depth.columns:
+        depth = depth.with_columns(metric=pl.lit(PAPER_METRIC))
     columns = {}
-    for k in sorted(depth["k"].unique().to_list()):
-        block = depth.filter(pl.col("k") == k)
-        off = block.filter(pl.col("layer_a") != pl.col("layer_b"))
-        columns[f"miscoupling_all_k{k}"] = float(block["miscoupling"].mean())
-        columns[f"miscoupling_offdiagonal_k{k}"] = float(off["miscoupling"].mean())
+    for metric in depth["metric"].unique(maintain_order=True).to_list():
+        for k in sorted(depth["k"].unique().to_list()):
+            block = depth.filter((pl.col("k") == k) & (pl.col("metric") == metric))
+            off = block.filter(pl.col("layer_a") != pl.col("layer_b"))
+            columns[coupling_column("all", k, metric)] = float(block["miscoupling"].mean())
+            columns[coupling_column("offdiagonal", k, metric)] = float(off["miscoupling"].mean())
     return columns
 
 
@@ -152,15 +177,18 @@ def linear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
 
 
 def coupling_fits(summary: pl.DataFrame) -> pl.DataFrame:
-    """Generalisation against coupling, as Aubry et al.'s Fig. 1a: for every K, coupling
-    (= −``miscoupling_all_k{K}``) as x, and as y each external score (one point per model)
-    and the held-out loss on each dataset. Needs three models with both numbers."""
+    """Generalisation against coupling, as Aubry et al.'s Fig. 1a: for every metric and K,
+    coupling (= −``miscoupling_all_k{K}[_{metric}]``) as x, and as y each external score (one
+    point per model) and the held-out loss on each dataset. Needs three models with both
+    numbers. Rows: ``coupling`` (the x's name, ``coupling_k{K}[_{metric}]``), ``k``,
+    ``metric``, ``generalisation``, ``dataset``, and the fit."""
     couplings = [c for c in summary.columns if c.startswith("miscoupling_all_k")]
     measures = [(c, None) for c in summary.columns if c.startswith("score_")]
     if "loss" in summary.columns:
         measures += [("loss", d) for d in summary["dataset"].unique(maintain_order=True)]
     rows = []
     for coupling in couplings:
+        _, k, metric = coupling_column_parts(coupling)
         for measure, dataset in measures:
             points = summary if dataset is None else summary.filter(pl.col("dataset") == dataset)
             points = (
@@ -174,7 +202,8 @@ def coupling_fits(summary: pl.DataFrame) -> pl.DataFrame:
             rows.append(
                 {
                     "coupling": coupling.replace("miscoupling_all", "coupling"),
-                    "k": int(coupling.rsplit("_k", 1)[1]),
+                    "k": k,
+                    "metric": metric,
                     "generalisation": measure,
                     "dataset": dataset,
                 }
@@ -183,6 +212,7 @@ def coupling_fits(summary: pl.DataFrame) -> pl.DataFrame:
     schema = {
         "coupling": pl.String,
         "k": pl.Int64,
+        "metric": pl.String,
         "generalisation": pl.String,
         "dataset": pl.String,
         "slope": pl.Float64,

@@ -11,7 +11,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.geometry import principal_plane
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt
-from layerlaws.coupling.miscoupling import miscoupling, miscoupling_matrix
+from layerlaws.coupling.miscoupling import miscoupling, miscoupling_matrices
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
@@ -102,7 +102,7 @@ def test_shared_singular_vectors_are_coupled():
     first = u @ torch.diag(torch.linspace(5, 1, 40)) @ v.T
     second = u @ torch.diag(torch.linspace(3, 0.1, 40)) @ v.T
     factors = [top_singular(j, 10) for j in (first, second)]
-    matrix = miscoupling_matrix([first, second], factors, 10)
+    matrix = miscoupling_matrices([first, second], None, factors, [10])["paper", 10]
     assert matrix.abs().max().item() < 1e-5
 
 
@@ -127,6 +127,25 @@ def test_randomized_svd_recovers_the_top_singular_values():
     _, full, _ = top_singular(matrix, 8)
     _, fast, _ = top_singular(matrix, 8, "randomized")
     np.testing.assert_allclose(fast.numpy(), full.numpy(), rtol=1e-4)
+
+
+def test_randomized_svd_is_seeded_and_leaves_the_global_random_state_alone():
+    """A Gaussian matrix has a flat spectrum, so the randomised SVD's answer depends on its
+    random projection: the same ``seed`` gives the same triplets whatever the global state,
+    another seed other ones, and the global generator is left as it was (the test restores
+    the global state it changes)."""
+    matrix = torch.randn(60, 60, generator=torch.Generator().manual_seed(3))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        first = top_singular(matrix, 5, "randomized", seed=7)
+        torch.manual_seed(2)
+        state = torch.get_rng_state()
+        second = top_singular(matrix, 5, "randomized", seed=7)
+        for ours, again in zip(first, second, strict=True):
+            assert torch.equal(ours, again)
+        assert torch.equal(torch.get_rng_state(), state)
+        other = top_singular(matrix, 5, "randomized", seed=8)
+        assert not torch.allclose(other[1], first[1], rtol=1e-3)
 
 
 def test_line_shape_and_expodistance():
@@ -234,3 +253,22 @@ def test_pca_is_fitted_on_the_last_layer():
     )
     # The earlier layers' large spread along e2 does not show on the first component.
     assert np.ptp(projected[:, :-1, 0]) < 1e-9
+
+
+def test_a_bfloat16_branch_gives_float32_jacobians_that_an_svd_accepts():
+    """Half-precision models are measured: their Jacobians are widened to float32 before
+    the SVD (torch has no bfloat16 SVD), and equal the float32 branch's within bf16
+    rounding."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(6, 6, generator=generator, dtype=torch.float64) / 3
+    stream = torch.randn(4, 6, generator=generator, dtype=torch.float64)
+
+    def branch(dtype):
+        return lambda x: torch.tanh(x @ weight.to(dtype).T)
+
+    half = jacobian_rows(branch(torch.bfloat16), stream.bfloat16(), 3, [3])[0]
+    full = jacobian_rows(branch(torch.float64), stream, 3, [3])[0]
+    assert half.dtype == torch.float32
+    assert torch.allclose(half.double(), full, atol=3e-2)
+    u, s, v = top_singular(half, 2)
+    assert u.shape == v.shape == (6, 2) and torch.isfinite(s).all()

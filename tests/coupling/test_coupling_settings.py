@@ -1,7 +1,7 @@
 """CouplingSettings from the validated config block and from the measuring rule's params:
 typed values, and errors that name a missing or invalid key."""
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 from config_blocks import rule_params, validated_block
@@ -18,10 +18,15 @@ def block():
 
 def test_the_default_block_arrives_with_its_types_and_equals_the_defaults(block):
     settings = CouplingSettings.from_config(block)
-    assert settings == CouplingSettings()
+    # config.yaml measures every metric; the schema's default, like the dataclass's, is
+    # the paper's alone.
+    every = ("paper", "released_trace", "released_norm", "released_trace_swapped")
+    assert settings == replace(CouplingSettings(), metrics=(*every, "released_norm_swapped"))
+    assert CouplingSettings().metrics == ("paper",) and settings.svd_seed == 0
     assert settings.ks == (10, 30, 50) and settings.token_layers == ()
     assert settings.final_norm == "in_last_block" and settings.includes_final_norm
     assert not CouplingSettings(final_norm="excluded").includes_final_norm
+    assert CouplingSettings.from_config({**block, "metrics": every[:2]}).metrics == every[:2]
 
 
 def test_the_rule_params_give_the_same_settings(block):
@@ -55,6 +60,14 @@ def test_a_missing_key_is_named(block, key):
         ("token_layers", [[1, 2, 3]], r"coupling\.token_layers: .*a list of 2 items"),
         ("final_norm", True, r"coupling\.final_norm: expected one of in_last_block, excluded"),
         ("svd", "lanczos", r"coupling\.svd: expected one of full, randomized"),
+        (
+            "metrics",
+            ["paper", "trace"],
+            r"coupling\.metrics: expected one of paper, released_trace, released_norm, "
+            r"released_trace_swapped, released_norm_swapped; got 'trace'",
+        ),
+        ("metrics", "paper", r"coupling\.metrics: expected a list, got 'paper'"),
+        ("svd_seed", 1.5, r"coupling\.svd_seed: expected an integer, got 1\.5"),
         ("fixed_output_token", "-1", r"coupling\.fixed_output_token: expected an integer"),
         ("lss_window", None, r"coupling\.lss_window: expected an integer, got None"),
     ],

@@ -17,7 +17,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake_runs import dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
 from layerlaws.pipeline.expansion import expand_models, series_members, series_runs
-from layerlaws.series.summary import coupling_fits, linear_fit
+from layerlaws.series.summary import coupling_columns, coupling_fits, linear_fit
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +84,7 @@ def series_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "prompts": {"few": {"dataset": "mini", "n_from_dataset": 1, "max_tokens": 8}},
             "ks": [2, 4],
             "lss_window": 2,
+            "metrics": ["paper", "released_trace"],
         },
         "equilearning": {"offsets": [1], "norms": ["model"], "controls": ["none"]},
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
@@ -117,6 +118,10 @@ SUMMARY_COLUMNS = [
     "miscoupling_offdiagonal_k2",
     "miscoupling_all_k4",
     "miscoupling_offdiagonal_k4",
+    "miscoupling_all_k2_released_trace",
+    "miscoupling_offdiagonal_k2_released_trace",
+    "miscoupling_all_k4_released_trace",
+    "miscoupling_offdiagonal_k4_released_trace",
     "lss_median",
     "expodistance_median",
     "equidistance_cv_median",
@@ -216,15 +221,33 @@ def test_family_series_fits_scores_against_coupling(series_run):
     fits = pl.read_csv(results / "fits.csv")
     assert set(fits["generalisation"]) == {"score_board", "loss"}
     assert set(fits["k"]) == {2, 4}
-    row = fits.filter((pl.col("generalisation") == "score_board") & (pl.col("k") == 2)).row(
-        0, named=True
-    )
-    reference = stats.linregress(
-        -summary["miscoupling_all_k2"].to_numpy(), summary["score_board"].to_numpy()
-    )
-    assert row["slope"] == pytest.approx(reference.slope)
-    assert row["r2"] == pytest.approx(reference.rvalue**2)
-    assert row["p_value"] == pytest.approx(reference.pvalue)
+    assert set(fits["metric"]) == {"paper", "released_trace"}
+    for metric, suffix in (("paper", ""), ("released_trace", "_released_trace")):
+        column = f"miscoupling_all_k2{suffix}"
+        # The summary's aggregate is the mean of the trained weights' prompt-mean rows.
+        for model, layers, value in summary.select("model", "num_layers", column).iter_rows():
+            depth = pl.read_csv(
+                series_run / f"results/coupling/{model}/few/depth.csv",
+                schema_overrides={"prompt": pl.String},
+            )
+            rows = depth.filter(
+                (pl.col("weights") == "trained")
+                & (pl.col("prompt") == "mean")
+                & (pl.col("k") == 2)
+                & (pl.col("metric") == metric)
+            )
+            assert len(rows) == layers**2
+            assert value == pytest.approx(rows["miscoupling"].to_numpy().mean())
+        row = fits.filter(
+            (pl.col("generalisation") == "score_board")
+            & (pl.col("k") == 2)
+            & (pl.col("metric") == metric)
+        ).row(0, named=True)
+        assert row["coupling"] == f"coupling_k2{suffix}"
+        reference = stats.linregress(-summary[column].to_numpy(), summary["score_board"].to_numpy())
+        assert row["slope"] == pytest.approx(reference.slope)
+        assert row["r2"] == pytest.approx(reference.rvalue**2)
+        assert row["p_value"] == pytest.approx(reference.pvalue)
 
 
 def test_adding_a_model_to_a_series_reruns_only_its_chain_and_the_summary(
@@ -281,6 +304,45 @@ def test_fits_need_three_models():
         }
     )
     assert coupling_fits(summary).is_empty()
+
+
+def test_summary_columns_of_every_metric_are_read_and_fitted(tmp_path):
+    """A depth table of two metrics gives the paper's columns unsuffixed and the other's
+    with its name; the fits carry the metric and its K."""
+    depth = pl.DataFrame(
+        {
+            "weights": ["trained"] * 4 + ["random"],
+            "prompt": ["mean"] * 5,
+            "layer_a": [1, 1, 1, 2, 1],
+            "layer_b": [1, 2, 2, 2, 2],
+            "k": [3, 3, 3, 3, 3],
+            "metric": ["paper", "paper", "released_norm", "released_norm", "paper"],
+            "miscoupling": [0.0, 0.5, 1.5, 0.25, 0.9],
+        }
+    )
+    depth.write_csv(tmp_path / "depth.csv")
+    assert coupling_columns(str(tmp_path / "depth.csv")) == {
+        "miscoupling_all_k3": 0.25,
+        "miscoupling_offdiagonal_k3": 0.5,
+        "miscoupling_all_k3_released_norm": 0.875,
+        "miscoupling_offdiagonal_k3_released_norm": 1.5,
+    }
+    summary = pl.DataFrame(
+        {
+            "model": ["a", "b", "c"],
+            "dataset": [None, None, None],
+            "miscoupling_all_k3_released_norm": [0.5, 0.7, 0.6],
+            "score_s": [3.0, 1.0, 2.5],
+        }
+    )
+    (fit,) = coupling_fits(summary).iter_rows(named=True)
+    reference = stats.linregress([-0.5, -0.7, -0.6], [3.0, 1.0, 2.5])
+    assert (fit["coupling"], fit["k"], fit["metric"]) == (
+        "coupling_k3_released_norm",
+        3,
+        "released_norm",
+    )
+    assert fit["slope"] == pytest.approx(reference.slope)
 
 
 # Expansion and bad input.

@@ -5,7 +5,10 @@
 #                                /etc/slurm/slurm.conf and gres.conf, start munged (unless
 #                                it runs), slurmctld and slurmd; wait until the node is idle
 #   cluster.sh stop STATE_DIR    stop what start started, remove the files it created and
-#                                purge the packages it installed (both recorded in STATE_DIR)
+#                                purge the packages the install added: those listed when it
+#                                completed or, for an install that failed or was killed
+#                                half-way, every package new since the record taken in
+#                                STATE_DIR before apt-get ran
 # The configuration must be in /etc/slurm: the jobs' nested srun drops SLURM_CONF. State,
 # spool and logs are in STATE_DIR. A configuration of another SLURM is never replaced.
 # Exit status 3: SLURM cannot be installed; 4: this machine has a SLURM of its own.
@@ -17,9 +20,44 @@ state=$(realpath -m "$2")
 mkdir -p "$state"
 PACKAGES=(munge slurmctld slurmd slurm-client)
 
-installed() { dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "ii" {print $2}' | sort; }
+# Packages dpkg holds in any state but not-installed (half-installed and config-files
+# included): "name:arch version", sorted.
+present() {
+    dpkg-query -W -f='${db:Status-Abbrev} ${binary:Package} ${Version}\n' 2>/dev/null \
+        | awk 'substr($1, 2, 1) != "n" {print $2, $3}' | sort
+}
+
+# Names of the packages present now that were not when packages-before was recorded.
+new_packages() {
+    present | awk '{print $1}' | sort -u \
+        | comm -13 <(awk '{print $1}' "$state/packages-before" | sort -u) -
+}
+
+# Purge what the install added: the list written when it completed or, for an install that
+# failed or was killed half-way, whatever is new since packages-before.
+purge_new_packages() {
+    [ -f "$state/packages-before" ] || return 0
+    local new
+    if [ -f "$state/installed-packages" ]; then
+        new=$(cat "$state/installed-packages")
+    else
+        new=$(new_packages)
+        # An install killed half-way leaves dpkg "interrupted"; apt-get refuses until this.
+        [ -z "$new" ] || dpkg --configure -a >/dev/null 2>&1 || true
+    fi
+    if [ -n "$new" ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        # shellcheck disable=SC2086
+        apt-get purge -y -qq $new >/dev/null 2>&1 || dpkg --purge $new >/dev/null 2>&1 || true
+    fi
+    rm -f "$state/packages-before" "$state/installed-packages"
+}
 
 stop() {
+    if [ ! -f "$state/munged.pid" ] && [ -f "$state/starting-munged" ] && [ -f /run/munge/munged.pid ]; then
+        cp /run/munge/munged.pid "$state/munged.pid"
+    fi
+    rm -f "$state/starting-munged"
     for name in slurmd slurmctld munged; do
         if [ -f "$state/$name.pid" ]; then
             pid=$(cat "$state/$name.pid")
@@ -32,11 +70,7 @@ stop() {
         xargs -r rm -rf < "$state/created-paths"
         rm -f "$state/created-paths"
     fi
-    if [ -s "$state/installed-packages" ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq $(cat "$state/installed-packages") \
-            >/dev/null 2>&1 || true
-        rm -f "$state/installed-packages"
-    fi
+    purge_new_packages
 }
 
 if [ "$action" = stop ]; then
@@ -54,11 +88,12 @@ if [ -f /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=layerlaws-test$' /etc
 fi
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
     || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
-    installed > "$state/packages-before"
+    # Recorded before apt-get runs: whatever is new after it is ours to purge.
+    present > "$state/packages-before"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq || exit 3
     apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null || exit 3
-    installed | comm -13 "$state/packages-before" - > "$state/installed-packages"
+    new_packages > "$state/installed-packages"
 fi
 
 if ! pgrep -x munged >/dev/null; then
@@ -72,6 +107,7 @@ if ! pgrep -x munged >/dev/null; then
         echo /etc/munge/munge.key >> "$state/created-paths"
         chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
     fi
+    touch "$state/starting-munged"
     su -s /bin/sh munge -c /usr/sbin/munged
     cp /run/munge/munged.pid "$state/munged.pid" 2>/dev/null \
         || pgrep -n -x munged > "$state/munged.pid"

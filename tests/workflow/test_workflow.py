@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pytest
+import torch
 import yaml
 from lstsq_reference import reference_pr
 from snakemake.exceptions import WorkflowError
@@ -23,6 +24,12 @@ from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.pipeline.planning import JobPlanner
 
 pytestmark = pytest.mark.slow
+
+GPU_VISIBLE = torch.cuda.is_available()
+"""Whether this machine has a GPU: the tiny workflow (``execution.device: auto``) runs on
+it, and ``execution.device: cuda`` succeeds, exactly where this is true."""
+RUNNING_ON = "running on cuda:" if GPU_VISIBLE else "running on cpu"
+"""What a model pass's log says about its device under ``device: auto`` here."""
 
 EQUILEARNING_FIGURES = {"plot_equilearning", "plot_summary"}
 EVERY_FIGURE = EQUILEARNING_FIGURES | {"plot_signatures", "compare_corpora", "plot_coupling"}
@@ -107,7 +114,7 @@ def test_outputs_and_their_columns(finished):
         assert states["layer_4"].shape == (views.filter(pl.col("layer") == 4).height, 24)
     assert (results / "equilearning/tiny-llama/mini/token_views.svg").stat().st_size > 1000
     log = (results / "logs/equilearning_pass/tiny-llama/mini.log").read_text()
-    assert "running on cpu" in log
+    assert RUNNING_ON in log
 
 
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2"])
@@ -170,7 +177,15 @@ def test_signature_outputs(finished):
 def test_coupling_and_trajectory_outputs(finished):
     coupling = finished / "results/coupling/tiny-llama/few"
     depth = pl.read_csv(coupling / "depth.csv", schema_overrides={"prompt": pl.String})
-    assert depth.columns == ["weights", "prompt", "layer_a", "layer_b", "k", "miscoupling"]
+    assert depth.columns == [
+        "weights",
+        "prompt",
+        "layer_a",
+        "layer_b",
+        "k",
+        "metric",
+        "miscoupling",
+    ]
     assert set(depth["weights"]) == {"trained", "random"}
     assert set(depth["prompt"]) == {"0", "1", "mean"}
     assert len(depth) == 2 * 3 * 4 * 4 * 2
@@ -185,6 +200,7 @@ def test_coupling_and_trajectory_outputs(finished):
         "token_a",
         "token_b",
         "k",
+        "metric",
         "miscoupling",
     ]
     assert set(tokens["kind"]) == {"self", "fixed_output", "fixed_input"}
@@ -251,10 +267,17 @@ def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
         "shard_texts": 7,
         "duckdb_memory_mb": 300,
     }
-    # Every execution setting is changed at once: any of them would show as a job.
+    # Every execution setting, each changed alone (the others as the finished run had them).
     assert set(changed) == set(schema["properties"]["execution"]["properties"])
-    config = copy.deepcopy(base_config) | {"execution": changed}
-    assert scheduled_jobs(changed_copy(finished, tmp_path, config)) == {}
+    workdir = changed_copy(finished, tmp_path, base_config)
+    rerun = {}
+    for name, value in changed.items():
+        config = copy.deepcopy(base_config)
+        assert config["execution"].get(name) != value, name
+        config["execution"][name] = value
+        write_config(workdir, config)
+        rerun[name] = scheduled_jobs(workdir)
+    assert {name: jobs for name, jobs in rerun.items() if jobs} == {}
 
 
 def test_a_stage_plot_option_reruns_only_that_stage_figures(finished, base_config, tmp_path):
@@ -296,7 +319,7 @@ def test_an_equilearning_option_reruns_the_model_pass_but_not_tokenisation(
     finished, base_config, tmp_path
 ):
     config = copy.deepcopy(base_config)
-    config["equilearning"] = {"cutoff": 1e-10}
+    config["equilearning"]["cutoff"] = 1e-10  # the default is 1e-12; nothing else changes
     jobs = scheduled_jobs(changed_copy(finished, tmp_path, config))
     assert set(jobs) == AFTER_TOKENS - {"tokenize", "extract_hidden"}
     assert jobs["equilearning_pass"] == 2
@@ -306,7 +329,7 @@ def test_model_jobs_ask_for_what_their_model_and_tokens_need(finished, base_conf
     """The resources of a scheduled equi-learning pass are the planner's, from the
     prepared model's size and the run's tokens."""
     config = copy.deepcopy(base_config)
-    config["equilearning"] = {"cutoff": 1e-10}
+    config["equilearning"]["cutoff"] = 1e-10
     workdir = changed_copy(finished, tmp_path, config)
     output = run_ok(workdir, "--dry-run").stdout
     job = output.split("rule equilearning_pass:")[1].split("rule ")[0]
@@ -390,7 +413,8 @@ def test_renamed_keys_name_their_new_place(base_config, tmp_path):
 
 def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(base_config, tmp_path):
     """One run, three problems, each in its own job: an empty corpus (sampling), texts all
-    too short (tokenisation), a GPU asked for where there is none (extraction)."""
+    too short (tokenisation), a GPU asked for (extraction) where there is none. Where a GPU
+    is visible, ``device: cuda`` is no problem: that run completes on the GPU."""
     (tmp_path / "empty.txt").write_text("\n \n")
     config = copy.deepcopy(base_config)
     mini = config["datasets"]["mini"]
@@ -410,16 +434,24 @@ def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(bas
     messages = {
         "sample_sentences/empty.log": "is empty: it holds no non-blank text",
         "tokenize/tiny-llama/short.log": "fewer than min_tokens=500 text tokens",
-        "equilearning_pass/tiny-llama/mini.log": "execution.device is 'cuda' but no CUDA device",
     }
+    if not GPU_VISIBLE:
+        messages["equilearning_pass/tiny-llama/mini.log"] = (
+            "execution.device is 'cuda' but no CUDA device"
+        )
     for log, message in messages.items():
         assert message in (logs / log).read_text()
         assert message in result.stdout + result.stderr
     results = tmp_path / "results"
     assert not (results / "corpus/empty").exists()
     assert not (results / "tokens/tiny-llama/short.parquet").exists()
-    assert not (results / "hidden/tiny-llama/mini").exists()
-    assert not (results / "equilearning/tiny-llama/mini/pr.csv").exists()
+    ran_on_the_gpu = [
+        (results / "hidden/tiny-llama/mini").exists(),
+        (results / "equilearning/tiny-llama/mini/pr.csv").exists(),
+    ]
+    assert ran_on_the_gpu == [GPU_VISIBLE, GPU_VISIBLE]
+    if GPU_VISIBLE:
+        assert "running on cuda:" in (logs / "equilearning_pass/tiny-llama/mini.log").read_text()
     assert not list(results.rglob(".*.tmp-*"))
 
 

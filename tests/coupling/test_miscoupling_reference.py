@@ -1,0 +1,99 @@
+"""The depth table's mis-coupling against Aubry et al.'s definition, from the model itself.
+
+For the tiny Llama of the workflow tests (four blocks), trained weights and the random
+twin, two prompts: ``measure_prompt_set`` (called as scripts/measure_coupling.py calls it)
+gives M[l, l′] = m̃(U′_Kᵀ J^l V′_K) of the last token's self-Jacobians. The reference
+takes each J^l = ∂x^l_T / ∂x^{l−1}_T − I (the residual branch's Jacobian, §3; the last
+block including the final norm, Eq. 7) by torch.autograd through the whole model
+(``tests/whole_model_jacobians.py``), its top-K singular vectors by numpy.linalg.svd, and
+m̃(A) = ‖A − Diag A‖_F / ‖A‖_F (Eq. 14) in float64. Both run in float64, so the bound
+(1e-9) leaves only rounding, amplified by how near the K-th and (K+1)-th singular
+values are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from whole_model_jacobians import reference_step_jacobian, scanned_blocks
+
+from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
+from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.models.blocks import trace_blocks
+from layerlaws.models.loading import coupling_twins
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [[1, 5, 9, 14, 3, 7], [1, 22, 8, 30, 11]]
+KS = (2, 4)
+BOUND = 1e-9
+
+
+def reference_depth_jacobians(model, ids: torch.Tensor) -> list[np.ndarray]:
+    """J^l (d, d) of the last token for l = 1..L, from whole-model Jacobians."""
+    _, streams = trace_blocks(model, ids)
+    last, width = ids.shape[1] - 1, model.config.hidden_size
+    return [
+        reference_step_jacobian(model, ids, block, streams[block])[last, :, last, :].numpy()
+        - np.eye(width)
+        for block in range(len(scanned_blocks(model)))
+    ]
+
+
+def reference_miscoupling(jacobian: np.ndarray, other: np.ndarray, k: int) -> float:
+    """m̃(U′_Kᵀ J V′_K), U′, V′ the top-k singular vectors of ``other``."""
+    u, _, vh = np.linalg.svd(other)
+    coupling = u[:, :k].T @ jacobian @ vh[:k].T
+    return float(np.linalg.norm(coupling - np.diag(np.diag(coupling))) / np.linalg.norm(coupling))
+
+
+@pytest.fixture(scope="module")
+def measured(llama_folder):
+    settings = CouplingSettings(ks=KS)
+    twins = coupling_twins(llama_folder, None, "float64", "cpu", settings.init_seed)
+    result = measure_prompt_set(
+        twins,
+        PROMPTS,
+        labels=[[str(token) for token in prompt] for prompt in PROMPTS],
+        token_coupling=TokenCoupling.of(settings, 4),
+        settings=settings,
+        vjp_chunk=16,
+        device="cpu",
+    )
+    return twins, result.depth
+
+
+def test_depth_miscoupling_follows_the_definition(measured):
+    twins, depth = measured
+    if "metric" in depth.columns:
+        depth = depth.filter(pl.col("metric") == "paper")
+    checked, largest = 0, 0.0
+    for weights, model in twins.items():
+        per_prompt = []
+        for index, prompt in enumerate(PROMPTS):
+            jacobians = reference_depth_jacobians(model, torch.tensor([prompt]))
+            reference = {
+                (a + 1, b + 1, k): reference_miscoupling(jacobians[a], jacobians[b], k)
+                for k in KS
+                for a in range(len(jacobians))
+                for b in range(len(jacobians))
+            }
+            per_prompt.append(reference)
+            rows = depth.filter((pl.col("weights") == weights) & (pl.col("prompt") == str(index)))
+            assert rows.height == len(reference)
+            for row in rows.iter_rows(named=True):
+                expected = reference[row["layer_a"], row["layer_b"], row["k"]]
+                largest = max(largest, abs(row["miscoupling"] - expected))
+                checked += 1
+        means = depth.filter((pl.col("weights") == weights) & (pl.col("prompt") == "mean"))
+        assert means.height == len(per_prompt[0])
+        for row in means.iter_rows(named=True):
+            key = row["layer_a"], row["layer_b"], row["k"]
+            expected = np.mean([reference[key] for reference in per_prompt])
+            largest = max(largest, abs(row["miscoupling"] - expected))
+            checked += 1
+    assert checked == 2 * 3 * 2 * 16
+    assert largest <= BOUND, f"largest |m̃ − reference| {largest:.1e}"
+    print(f"\n{checked} m̃ values, largest |difference| {largest:.1e}")

@@ -1,0 +1,122 @@
+"""The coupling stage's block Jacobians are the model's own steps, for every family.
+
+For a tiny random model of every family of the architecture table (three blocks) and one
+five-token prompt, the Jacobian the stage computes for the first, the middle and the last
+block (``trace_blocks`` and ``jacobian_rows``, the residual branch's J, plus the identity)
+is compared, for every (output token, input token) pair, with the Jacobian of the model's
+real step taken by ``torch.autograd`` through the whole forward pass
+(``tests/whole_model_jacobians.py``: the stream substituted at a pre-hook on block l,
+recorded entering block l + 1 or the head, after the final norm for the last block,
+Aubry et al. Eq. 7; no cache, so stateful blocks recompute every token).
+
+Bounds: both sides evaluate the same operations, in another order (one block re-run alone
+with vmapped VJPs, against the whole model with vmapped VJPs), so they differ by rounding
+only: 1e-12 of the largest entry in float64 (about 5,000 ulps), 1e-5 in float32 (about 80
+ulps) — float32 only for the families that do not run in float64 (``FLOAT32_FAMILIES``).
+Each token pair's block is also checked against its own scale (``PAIR_BOUNDS``), so small
+blocks (the token mixing of a state-space layer is 1e-5 of the identity) are checked too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import llama_tokenizer
+from tiny_models import ENCODER_OPTIONS, FAMILIES, save_tiny_model
+from whole_model_jacobians import (
+    ENCODER_FAMILIES,
+    pipeline_step_jacobian,
+    reference_step_jacobian,
+    relative_difference,
+    whole_model_step,
+)
+
+from layerlaws.models.loading import load_model
+
+pytestmark = pytest.mark.slow
+
+ALL_FAMILIES = (*FAMILIES, *ENCODER_OPTIONS)
+NUM_BLOCKS = 3
+BLOCKS = {"first": 0, "middle": 1, "last": 2}
+PROMPT = [1, 5, 9, 14, 3]
+"""Token ids of the prompt (1 is the test tokenizer's BOS)."""
+FLOAT32_FAMILIES = {
+    "mixtral": "transformers' grouped-matmul experts take no float64",
+    "qwen2_moe": "transformers' grouped-matmul experts take no float64",
+    "qwen3_moe": "transformers' grouped-matmul experts take no float64",
+    "jamba": "transformers' grouped-matmul experts take no float64",
+    "xglm": "its attention mask fills with float64's minimum, which overflows a float",
+}
+"""Families measured in float32, and why not in float64."""
+BOUNDS = {torch.float64: 1e-12, torch.float32: 1e-5}
+"""‖J_pipeline − J_reference‖_max / ‖J_reference‖_max, by dtype."""
+PAIR_BOUNDS = {torch.float64: 1e-9, torch.float32: 1e-3}
+"""The same within each (output, input) token pair's d × d block, relative to that block."""
+MIXING_FLOOR = 1e-6
+"""Least share of the largest entry that the last token's dependence on the first (the
+first's on the last in an encoder) has in the reference: it is recomputed from the
+substituted stream, not read from a cache."""
+
+
+def family_sizes(family: str) -> dict:
+    """Sizes of a three-block tiny model (GPT-Neo lists one attention type per block)."""
+    sizes: dict = {"num_hidden_layers": NUM_BLOCKS}
+    if family == "gpt_neo":
+        sizes["attention_types"] = [[["global", "local", "global"], 1]]
+    return sizes
+
+
+def family_dtype(family: str) -> str:
+    """float64 where the family runs in it."""
+    return "float32" if family in FLOAT32_FAMILIES else "float64"
+
+
+def tiny_family_model(family: str, tokenizer, folder: Path):
+    """The tiny ``family`` model (seed 0) loaded as the coupling stage loads it (eager
+    attention, evaluation mode)."""
+    save_tiny_model(folder, family, tokenizer, **family_sizes(family))
+    return load_model(folder, family_dtype(family), "cpu", attention="eager")
+
+
+def pair_differences(jacobian: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Per token pair (t2, t1), ‖ΔJ‖_max / ‖J_ref‖_max of its d × d block; 0 where the
+    reference block is zero and so is the difference, inf where only the reference is."""
+    difference = (jacobian - reference).abs().amax(dim=(1, 3))
+    scale = reference.abs().amax(dim=(1, 3))
+    return torch.where(scale > 0, difference / scale, difference * torch.inf).nan_to_num(0.0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(texts):
+    return llama_tokenizer(texts)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
+    model = tiny_family_model(family, tokenizer, tmp_path)
+    ids = torch.tensor([PROMPT])
+    dtype = next(model.parameters()).dtype
+    assert dtype == (torch.float32 if family in FLOAT32_FAMILIES else torch.float64)
+    length = len(PROMPT)
+    later = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)  # t1 > t2
+    for name, block in BLOCKS.items():
+        jacobian, streams = pipeline_step_jacobian(model, ids, block)
+        with torch.no_grad():
+            reached = whole_model_step(model, ids, block)(streams[block])
+        step_error = ((reached - streams[block + 1]).abs().max() / reached.abs().max()).item()
+        assert step_error <= BOUNDS[dtype], f"{name} block's step: {step_error:.1e}"
+
+        reference = reference_step_jacobian(model, ids, block, streams[block])
+        assert reference.shape == (length, model.config.hidden_size) * 2
+        error = relative_difference(jacobian, reference)
+        assert error <= BOUNDS[dtype], f"{name} block: {error:.1e}"
+        pairs = pair_differences(jacobian, reference)
+        assert pairs.max().item() <= PAIR_BOUNDS[dtype], f"{name} block, pairs: {pairs}"
+
+        pair_scale = reference.abs().amax(dim=(1, 3))
+        mixing = pair_scale[0, -1] if family in ENCODER_FAMILIES else pair_scale[-1, 0]
+        assert mixing.item() > MIXING_FLOOR * pair_scale.max().item()
+        if family not in ENCODER_FAMILIES:  # causal: no output depends on a later input
+            assert pair_scale[later].max().item() == 0

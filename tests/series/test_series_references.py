@@ -1,0 +1,190 @@
+"""Independent references for the series tables of a real Snakemake run: every column of
+``results/series/{series}/summary.csv`` recomputed with polars/NumPy/SciPy from the
+per-model outputs it aggregates, and ``fits.csv`` against ``scipy.stats.linregress``.
+
+The run is the training series ``tiny`` of tests/series/test_series.py alone (a tiny Llama
+trained from scratch, checkpoints at steps 0, 2 and 8, each measured like any model: the
+law on ``mini``, held-out loss, coupling and trajectories on ``few``, signatures on its
+own training corpus), without that module's family series. References:
+- ``parameters``, ``num_layers``, ``hidden_size``: the checkpoint's safetensors and
+  config.json; ``step``, ``tokens_seen``: its checkpoint.json;
+- the law (``rho``, ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``):
+  ``scipy.stats.linregress`` of log PR over layers 1…L of ``pr.csv`` (offset +1, norm
+  ``model``, no control);
+- ``loss``, ``perplexity``, ``accuracy``: the evaluation csv (perplexity = e^loss);
+- ``miscoupling_all_k{K}`` / ``miscoupling_offdiagonal_k{K}``: the mean over prompts of
+  the mean m̃ over all L² layer pairs / the pairs l ≠ l′, from the per-prompt rows of
+  ``depth.csv`` (trained weights; the paper's metric where a ``metric`` column exists);
+- ``lss_median``, ``expodistance_median``, ``equidistance_cv_median``: NumPy medians over
+  the trained weights' rows of ``trajectories/tokens.csv``;
+- ``rcos_we_next``, ``rcos_wu_pre``: the (W_E, next) and (W_U, pre) rows of ``rcos.csv``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from safetensors.numpy import load_file
+from scipy import stats
+from snakemake_runs import run_ok, write_config
+from test_series import series_config  # noqa: F401 (the fixture this module's run starts from)
+
+pytestmark = pytest.mark.slow
+
+STEPS = [0, 2, 8]
+"""Checkpoints of the training ``tiny``."""
+KS = [2, 4]
+"""``coupling.ks`` of the series config."""
+STRING_KEYS = {"prompt": pl.String}
+
+
+@pytest.fixture(scope="module")
+def training_series(series_config, tmp_path_factory):  # noqa: F811
+    """The series ``tiny`` run on its own; the workdir."""
+    config = copy.deepcopy(series_config)
+    config["series"] = {"tiny": config["series"]["tiny"]}
+    workdir = tmp_path_factory.mktemp("series_references")
+    write_config(workdir, config)
+    run_ok(workdir)
+    return workdir
+
+
+def paper_rows(table: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the paper's metric when the table has a ``metric`` column."""
+    return table.filter(pl.col("metric") == "paper") if "metric" in table.columns else table
+
+
+def model_reference(results: Path, step: int) -> dict[str, float]:
+    """What the summary row of checkpoint ``step`` must hold, computed from its outputs."""
+    model = f"tiny@step{step}"
+    folder = results / f"training/tiny/checkpoints/step_{step:06d}"
+    weights = load_file(folder / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    checkpoint = json.loads((folder / "checkpoint.json").read_text())
+    row = {
+        "model": model,
+        "x": step,
+        "dataset": "mini",
+        "parameters": sum(array.size for array in weights.values()),
+        "num_layers": config["num_hidden_layers"],
+        "hidden_size": config["hidden_size"],
+        "step": checkpoint["step"],
+        "tokens_seen": checkpoint["tokens_seen"],
+    }
+    pr = (
+        pl.read_csv(results / f"equilearning/{model}/mini/pr.csv")
+        .filter(
+            (pl.col("offset") == 1)
+            & (pl.col("norm") == "model")
+            & (pl.col("control") == "none")
+            & (pl.col("layer") >= 1)
+        )
+        .sort("layer")
+    )
+    fit = stats.linregress(pr["layer"].to_numpy(), np.log(pr["pr"].to_numpy()))
+    first, last = pr["pr"][0], pr["pr"][-1]
+    row |= {
+        "rho": np.exp(fit.slope),
+        "pearson": fit.rvalue,
+        "pr_first": first,
+        "pr_last": last,
+        "overall_decay": last / first,
+    }
+    evaluation = pl.read_csv(results / f"evaluation/{model}/mini.csv").row(0, named=True)
+    row |= {
+        "loss": evaluation["loss"],
+        "perplexity": np.exp(evaluation["loss"]),
+        "accuracy": evaluation["accuracy"],
+    }
+    depth = paper_rows(
+        pl.read_csv(results / f"coupling/{model}/few/depth.csv", schema_overrides=STRING_KEYS)
+    ).filter((pl.col("weights") == "trained") & (pl.col("prompt") != "mean"))
+    for k in KS:
+        block = depth.filter(pl.col("k") == k)
+        per_prompt = [
+            (
+                part["miscoupling"].to_numpy().mean(),
+                part.filter(pl.col("layer_a") != pl.col("layer_b"))["miscoupling"]
+                .to_numpy()
+                .mean(),
+            )
+            for _, part in block.group_by("prompt")
+        ]
+        assert block.height == len(per_prompt) * config["num_hidden_layers"] ** 2
+        row[f"miscoupling_all_k{k}"] = np.mean([every for every, _ in per_prompt])
+        row[f"miscoupling_offdiagonal_k{k}"] = np.mean([off for _, off in per_prompt])
+    tokens = paper_rows(
+        pl.read_csv(
+            results / f"coupling/{model}/few/trajectories/tokens.csv", schema_overrides=STRING_KEYS
+        )
+    ).filter(pl.col("weights") == "trained")
+    for column in ("lss", "expodistance", "equidistance_cv"):
+        row[f"{column}_median"] = np.median(tokens[column].to_numpy())
+    (rcos_path,) = (results / f"signatures/{model}").glob("*/rcos.csv")
+    rcos = {(m, s): r for m, s, r, _ in pl.read_csv(rcos_path).iter_rows()}
+    row |= {"rcos_we_next": rcos[("W_E", "next")], "rcos_wu_pre": rcos[("W_U", "pre")]}
+    return row
+
+
+def test_summary_columns_are_the_aggregates_of_the_model_outputs(training_series):
+    results = training_series / "results"
+    summary = pl.read_csv(results / "series/tiny/summary.csv")
+    expected = [model_reference(results, step) for step in STEPS]
+    assert summary["model"].to_list() == [row["model"] for row in expected]
+    other_metrics = {
+        column
+        for column in summary.columns
+        if column.startswith("miscoupling_") and column.count("_") > 2
+    }
+    assert set(summary.columns) - other_metrics == set(expected[0]), set(summary.columns) ^ set(
+        expected[0]
+    )
+    diffs = {}
+    for row, reference in zip(summary.iter_rows(named=True), expected, strict=True):
+        for column, value in reference.items():
+            if isinstance(value, str):
+                assert row[column] == value, (column, row[column], value)
+            else:
+                scale = max(abs(value), 1.0)
+                diffs[column] = max(diffs.get(column, 0.0), abs(row[column] - value) / scale)
+    message = "series summary.csv max |diff| (relative above 1): " + ", ".join(
+        f"{column} {diff:.3g}" for column, diff in diffs.items()
+    )
+    assert max(diffs.values()) < 1e-9, message
+    print(message)
+
+
+def test_fits_are_scipy_linregress_of_loss_on_coupling(training_series):
+    """fits.csv: per K, held-out loss on ``mini`` against coupling = −miscoupling_all_k{K}
+    over the three checkpoints: slope, intercept, R² = r², two-sided p of the slope, n
+    (the paper's metric's rows where fits.csv has a ``metric`` column; other metrics'
+    summary columns carry a suffix and are left to their own tests)."""
+    results = training_series / "results/series/tiny"
+    summary = pl.read_csv(results / "summary.csv")
+    fits = paper_rows(pl.read_csv(results / "fits.csv"))
+    assert sorted(fits["k"].to_list()) == KS and set(fits["generalisation"]) == {"loss"}
+    diffs: dict[str, float] = {}
+    for row in fits.iter_rows(named=True):
+        assert row["coupling"] == f"coupling_k{row['k']}" and row["dataset"] == "mini"
+        x = -summary[f"miscoupling_all_k{row['k']}"].to_numpy()
+        fit = stats.linregress(x, summary["loss"].to_numpy())
+        assert row["n"] == len(x)
+        for column, value in (
+            ("slope", fit.slope),
+            ("intercept", fit.intercept),
+            ("r2", fit.rvalue**2),
+            ("p_value", fit.pvalue),
+        ):
+            diffs[column] = max(
+                diffs.get(column, 0.0), abs(row[column] - value) / max(abs(value), 1.0)
+            )
+    message = "series fits.csv max |diff| (relative above 1): " + ", ".join(
+        f"{column} {diff:.3g}" for column, diff in diffs.items()
+    )
+    assert max(diffs.values()) < 1e-9, message
+    print(message)
