@@ -84,7 +84,7 @@ def depth_miscoupling(folder: Path, dtype: str) -> np.ndarray:
     calls, streams = trace_blocks(model, ids, final_norm=True)
     last = ids.shape[1] - 1
     jacobians = [
-        jacobian_rows(call.branch, stream, last, [last])[0].float()
+        jacobian_rows(call.branch, stream, last, [last])[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
     factors = [top_singular(jacobian, K) for jacobian in jacobians]
