@@ -16,6 +16,7 @@ import pytest
 import torch
 from conftest import llama_tokenizer
 from tiny_models import ENCODER_OPTIONS, FAMILIES, WIDTH, save_tiny_model
+from whole_model_jacobians import scanned_blocks
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.jacobians import jacobian_rows
@@ -65,17 +66,6 @@ def tokens(tokenizer, texts):
     table = tokenize_sentences(sentences, tokenizer, max_tokens=12)
     assert table.group_by("sentence_id").len()["len"].n_unique() > 1
     return table
-
-
-def scanned_blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The model's block list, found without the architecture table."""
-    found = [
-        module
-        for module in model.modules()
-        if isinstance(module, torch.nn.ModuleList) and len(module) == model.config.num_hidden_layers
-    ]
-    assert len(found) == 1, f"{len(found)} module lists of num_hidden_layers entries"
-    return found[0]
 
 
 def reference_ends(model: torch.nn.Module, ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
