@@ -20,7 +20,7 @@ import polars as pl
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.equilearning.law import law_table
-from layerlaws.equilearning.statistics import EquilearningStatistics
+from layerlaws.equilearning.statistics import EquilearningStatistics, present_ids
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.facts import model_facts
 from layerlaws.signatures.comparison import SignatureComparison, compare_with_embeddings
@@ -56,11 +56,14 @@ def equilearning_law(
     batch_size: int = 8,
 ) -> Law:
     """PR of every layer (0…L) for each target offset, norm and control over ``texts``,
-    and its log-linear fit over layers 1…L; the model runs where its weights are."""
+    and its log-linear fit over layers 1…L; the model runs where its weights are. The
+    ``shuffled_vocab`` control permutes each offset's present targets (He & Su's code)."""
     facts = model_facts(model, {"kind": "memory"})
-    statistics = EquilearningStatistics(facts, offsets, norms, controls, shuffle_seed=0)
-    device = str(next(model.parameters()).device)
     tokens = _tokens(texts, tokenizer, max_tokens)
+    statistics = EquilearningStatistics(
+        facts, offsets, norms, controls, shuffle_seed=0, present=present_ids(tokens, offsets)
+    )
+    device = str(next(model.parameters()).device)
     run_forward_pass(model, facts, tokens, [statistics], batch_size, device, progress=False)
     pr = statistics.table()
     return Law(pr, law_table(pr))

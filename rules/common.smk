@@ -137,3 +137,7 @@ def series_summary_members(wildcards):
 
 def series_x(wildcards):
     return config["series"][wildcards.series]["x"]
+
+
+def series_exclude_from_fits(wildcards):
+    return config["series"][wildcards.series]["exclude_from_fits"]

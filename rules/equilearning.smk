@@ -22,6 +22,7 @@ rule equilearning_pass:
         offsets=config["equilearning"]["offsets"],
         norms=config["equilearning"]["norms"],
         controls=config["equilearning"]["controls"],
+        shuffle=config["equilearning"]["shuffle"],
         shuffle_seed=config["equilearning"]["shuffle_seed"],
         cutoff=config["equilearning"]["cutoff"],
         fuzziness=config["equilearning"]["fuzziness"],

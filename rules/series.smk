@@ -1,5 +1,5 @@
 # Stage 7: one summary per series (checkpoints, sizes, families) and its figures: each
-# quantity against x, and generalisation against coupling.
+# quantity against x, generalisation against coupling, and the scores' other fits.
 
 
 rule summarize_series:
@@ -24,6 +24,7 @@ rule summarize_series:
         members=series_summary_members,
         x=series_x,
         norm=series_norm(config),
+        exclude_from_fits=series_exclude_from_fits,
     script:
         "../scripts/summarize_series.py"
 
@@ -42,6 +43,12 @@ rule plot_series:
         generalisation=report(
             f"{LAYOUT.series()}/generalisation.{PLOT_FORMAT}",
             caption="../report/series_generalisation.rst",
+            category="Series",
+            subcategory="{series}",
+        ),
+        fits=report(
+            f"{LAYOUT.series()}/fits.{PLOT_FORMAT}",
+            caption="../report/series_fits_figure.rst",
             category="Series",
             subcategory="{series}",
         ),

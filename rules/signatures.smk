@@ -135,3 +135,54 @@ rule compare_corpora:
         title="{model}",
     script:
         "../scripts/compare_corpora.py"
+
+
+rule compare_own_corpora:
+    input:
+        rcos=lambda wildcards: TARGETS.own_corpus_files(
+            wildcards.own_corpus, "rcos.csv"
+        ),
+        per_token=lambda wildcards: TARGETS.own_corpus_files(
+            wildcards.own_corpus, "per_token.parquet"
+        ),
+        percentiles=lambda wildcards: TARGETS.own_corpus_files(
+            wildcards.own_corpus, "percentiles.csv"
+        ),
+    output:
+        rcos=report(
+            f"{LAYOUT.own_corpus()}/rcos_by_dataset.csv",
+            caption="../report/signatures_rcos_by_dataset_table.rst",
+            category="Probability signatures",
+            subcategory="{own_corpus}: each model on its own corpus",
+        ),
+        deciles=f"{LAYOUT.own_corpus()}/pooled_deciles.csv",
+        rcos_figure=report(
+            f"{LAYOUT.own_corpus()}/rcos_by_dataset.{PLOT_FORMAT}",
+            caption="../report/signatures_rcos_by_dataset.rst",
+            category="Probability signatures",
+            subcategory="{own_corpus}: each model on its own corpus",
+        ),
+        per_token_figure=report(
+            f"{LAYOUT.own_corpus()}/per_token_by_dataset.{PLOT_FORMAT}",
+            caption="../report/signatures_per_token_by_dataset.rst",
+            category="Probability signatures",
+            subcategory="{own_corpus}: each model on its own corpus",
+        ),
+        deciles_figure=report(
+            f"{LAYOUT.own_corpus()}/pooled_deciles.{PLOT_FORMAT}",
+            caption="../report/signatures_pooled_deciles.rst",
+            category="Probability signatures",
+            subcategory="{own_corpus}: each model on its own corpus",
+        ),
+    log:
+        LAYOUT.log("compare_own_corpora", "{own_corpus}"),
+    wildcard_constraints:
+        own_corpus=KEY_PATTERN,
+    params:
+        runs=lambda wildcards: [
+            list(run) for run in EXPANDED.own_corpus[wildcards.own_corpus]
+        ],
+        plots=plot_options(config, "signatures"),
+        title="{own_corpus}",
+    script:
+        "../scripts/compare_own_corpora.py"

@@ -1,5 +1,6 @@
 # Stage 8: the composite addition tasks of Yao & Xu (§5): data, probability
 # signatures, linear and one-hidden-layer embedding models trained for several seeds.
+from layerlaws.pipeline.targets import synthetic_plot_settings
 
 
 rule synthetic_data:
@@ -71,5 +72,6 @@ rule plot_synthetic:
         pairs=TARGETS.synthetic_pairs(),
         tasks=config["synthetic"]["tasks"],
         plots=plot_options(config),
+        settings=synthetic_plot_settings(config),
     script:
         "../scripts/plot_synthetic.py"

@@ -11,9 +11,13 @@ import torch
 from layerlaws.core.atomic import write_csv, write_json, write_npz
 from layerlaws.core.logs import run_logged
 from layerlaws.equilearning.evaluation import HeldOutEvaluation
-from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness_classes
+from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
 from layerlaws.equilearning.settings import EquilearningSettings
-from layerlaws.equilearning.statistics import EquilearningStatistics, check_enough_rows
+from layerlaws.equilearning.statistics import (
+    EquilearningStatistics,
+    check_enough_rows,
+    present_ids,
+)
 from layerlaws.equilearning.token_views import (
     TokenViews,
     ViewedRows,
@@ -46,12 +50,15 @@ def main() -> None:
     target_offset = TARGET_OFFSETS[probe]
     check_enough_rows(tokens, settings.offsets, facts.hidden_size)
     statistics = EquilearningStatistics(
-        facts, settings.offsets, settings.norms, settings.controls, settings.shuffle_seed
+        facts,
+        settings.offsets,
+        settings.norms,
+        settings.controls,
+        settings.shuffle_seed,
+        present_ids(tokens, settings.offsets) if settings.shuffle == "present" else None,
     )
     evaluation = HeldOutEvaluation(target_offset)
-    classes = fuzziness_classes(
-        tokens, settings.fuzziness.min_rows, settings.fuzziness.max_classes, target_offset
-    )
+    classes = counted_classes(tokens, settings.fuzziness, target_offset)
     fuzziness = SeparationFuzziness(facts, settings.norms, classes, target_offset)
     views_settings = settings.token_views
     word_ids = word_token_ids(views_settings.groups, tokenizer)

@@ -63,6 +63,7 @@ def main() -> None:
     write_csv(output.trajectories, result.trajectories)
     write_csv(output.layers, result.layers)
     write_npz(output.factors, result.factors)
+    write_npz(output.couplings, result.couplings)
     write_npz(output.streams, result.streams)
 
 

@@ -6,11 +6,14 @@ import polars as pl
 from layerlaws.core.logs import run_logged
 from layerlaws.coupling.plots import (
     plot_adjacency,
+    plot_adjacency_graph,
     plot_depth,
+    plot_depth_grid,
     plot_layers,
     plot_pca,
     plot_shape,
     plot_singular_values,
+    plot_token_grid,
     plot_tokens,
 )
 
@@ -23,6 +26,11 @@ def main() -> None:
     plot_depth(depth, path=output.depth, title=title, options=options)
     plot_tokens(tokens, path=output.tokens, title=title, options=options)
     plot_adjacency(depth, path=output.adjacency, title=title, options=options)
+    plot_adjacency_graph(depth, path=output.adjacency_graph, title=title, options=options)
+    with np.load(snakemake.input.couplings) as archive:
+        couplings = dict(archive)
+    plot_depth_grid(couplings, path=output.depth_grid, title=title, options=options)
+    plot_token_grid(couplings, path=output.token_grid, title=title, options=options)
     plot_shape(trajectories, path=output.shape, title=title, options=options)
     singular_values = pl.read_csv(
         snakemake.input.singular_values, schema_overrides={"prompt": pl.String}

@@ -1,4 +1,4 @@
-"""Snakemake entry point: a series' summary table and its coupling fits
+"""Snakemake entry point: a series' summary table and its fits
 (results/series/{series}/summary.csv, fits.csv)."""
 
 import logging
@@ -8,7 +8,8 @@ from typing import Any
 from layerlaws.core.atomic import write_csv
 from layerlaws.core.logs import run_logged
 from layerlaws.models.metadata import MODEL_METADATA
-from layerlaws.series.summary import coupling_fits, series_summary
+from layerlaws.series.settings import SeriesSettings
+from layerlaws.series.summary import series_fits, series_summary
 
 
 def member_paths(member: dict[str, Any], input: Any) -> dict[str, Any]:
@@ -29,8 +30,9 @@ def member_paths(member: dict[str, Any], input: Any) -> dict[str, Any]:
 def main() -> None:
     params = snakemake.params
     members = [member_paths(member, snakemake.input) for member in params.members]
-    summary = series_summary(members, params.x, params.norm)
-    fits = coupling_fits(summary)
+    settings = SeriesSettings.from_params(params)
+    summary = series_summary(members, settings.x, params.norm, settings.exclude_from_fits)
+    fits = series_fits(summary)
     write_csv(snakemake.output.summary, summary)
     write_csv(snakemake.output.fits, fits)
     logging.getLogger("layerlaws").info(

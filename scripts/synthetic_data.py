@@ -17,8 +17,15 @@ def main() -> None:
     task = settings.task(snakemake.wildcards.task)
     data = generate(task, settings.n_samples, settings.test_fraction, settings.data_seed)
     write_npz(output.data, asdict(data))
-    found = signatures(task, data.train_inputs, data.train_labels)
-    write_npz(output.signatures, {**asdict(found), "anchors": np.array(task.anchors)})
+    found = signatures(task, data.train_inputs, data.train_labels, settings.signature_inputs)
+    write_npz(
+        output.signatures,
+        {
+            **asdict(found),
+            "anchors": np.array(task.anchors),
+            "signature_inputs": np.array(settings.signature_inputs),
+        },
+    )
     write_csv(output.summary, pl.DataFrame(signature_table(task, found)))
 
 

@@ -27,6 +27,7 @@ def main() -> None:
         output.weights,
         {
             "epochs": np.array(record.epochs),
+            "snapshot_epoch": np.array(record.snapshot_epoch),
             "seeds": np.array(settings.seeds),
             "anchors": np.array(task.anchors),
             "label_domain": label_domain,

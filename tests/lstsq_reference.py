@@ -8,9 +8,11 @@ from layerlaws.equilearning.norms import normalize
 from layerlaws.equilearning.regression import DEFAULT_CUTOFF
 
 
-def reference_pr(hidden, layer, offset, norm, shuffled):
+def reference_pr(hidden, layer, offset, norm, shuffled, shuffle="vocabulary"):
     """Build the regression rows by hand (a Python loop over tokens; for masked-LM rows, only
-    those with ``is_target``) and solve with
+    those with ``is_target``; ``shuffled`` targets renamed by a permutation seeded 0 of the
+    whole vocabulary, or under ``shuffle="present"`` of the offset's distinct targets, as a
+    dictionary like He & Su's released code) and solve with
     float64 lstsq on the centred rows; rcond = sqrt(cutoff) drops the same directions as
     our eigenvalue cut-off (features right after a LayerNorm are exactly rank-deficient)."""
     meta = hidden.metadata
@@ -19,7 +21,6 @@ def reference_pr(hidden, layer, offset, norm, shuffled):
     if layer < hidden.num_layers and not (norm == "model" and meta["post_ln"]):
         x = normalize(x, norm, meta["norm_type"], meta["norm_eps"])
     x = x.numpy()
-    permutation = np.random.default_rng(0).permutation(meta["vocab_size"])
     where = {
         (s, p): t
         for s, p, t in hidden.rows.select("sentence_id", "position", "token_id").iter_rows()
@@ -34,10 +35,22 @@ def reference_pr(hidden, layer, offset, norm, shuffled):
         if has_target[row] and (s, p + offset) in where:
             token = where[(s, p + offset)]
             inputs.append(x[row])
-            targets.append(permutation[token] if shuffled else token)
+            targets.append(token)
+    if shuffled:
+        renamed = renaming(targets, meta["vocab_size"], shuffle)
+        targets = [renamed[token] for token in targets]
     design = np.array(inputs)
     design -= design.mean(axis=0)
     y = np.array(targets, dtype=np.float64)
     y -= y.mean()
     solution = np.linalg.lstsq(design, y, rcond=np.sqrt(DEFAULT_CUTOFF))[0]
     return ((y - design @ solution) ** 2).sum() / (y**2).sum(), len(y)
+
+
+def renaming(targets, vocab_size, shuffle):
+    """The shuffled-vocabulary renaming of token ids: a seeded permutation of the whole
+    vocabulary, or (``present``) of the distinct ``targets`` among themselves."""
+    if shuffle == "vocabulary":
+        return dict(enumerate(np.random.default_rng(0).permutation(vocab_size)))
+    labels = np.unique(targets)
+    return dict(zip(labels, np.random.default_rng(0).permutation(labels), strict=True))

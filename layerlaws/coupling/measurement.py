@@ -12,9 +12,16 @@ Eq. 7, unless ``final_norm`` is off):
   J_{t, t2} (``fixed_output``, t ≤ t2) and with the input token fixed J_{t1, t}
   (``fixed_input``, t ≥ t1), as in §3.1. One VJP per output row gives every input token
   at once, so each output token's rows are computed once and sliced for all three kinds;
+- coupling matrices: A = U′_Kᵀ J V′_K (§3.1) at the smallest K, of every depth pair and
+  of the ``self`` kind at the first token layer pair, for the grids of Figs. 3 and 4;
 - trajectories: per token the line-shape score, expodistance and the coefficient of
   variation of the step lengths ‖x^l − x^{l−1}‖ (equidistance, Fig. 23); per token and
-  layer the norm, the step length and the centred windowed line-shape score (Fig. 24–25).
+  layer the norm, the step length, the centred windowed line-shape score (Fig. 24–25) and
+  the logit lens: the entropy of the model's own head applied to x^l and its loss on the
+  next token (Fig. 24, row 4; ``layerlaws.models.heads``). Under ``final_norm:
+  in_last_block`` x^L has passed the final norm already, so the lens applies only the
+  head there and the norm and head at every other layer; under ``excluded`` the norm and
+  head at every layer.
 """
 
 from __future__ import annotations
@@ -31,7 +38,12 @@ import torch
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
-from layerlaws.coupling.miscoupling import PAPER, miscoupling_matrices
+from layerlaws.coupling.miscoupling import (
+    OWN_VALUES_FREE,
+    Factors,
+    coupling_matrices,
+    miscoupling_matrices,
+)
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
@@ -41,6 +53,7 @@ from layerlaws.coupling.trajectories import (
     windowed_line_shape,
 )
 from layerlaws.models.blocks import BlockCall, trace_blocks
+from layerlaws.models.heads import lens_entropy_and_loss
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +106,12 @@ class PromptMeasurement:
     layers: list[dict[str, Any]] = field(default_factory=list)
     factors: dict[str, np.ndarray] = field(default_factory=dict)
     streams: np.ndarray | None = None
+    depth_couplings: np.ndarray | None = None
+    """A[a, b] = U′_bᵀ J_a V′_b of the last token's Jacobians, (L, L, K, K) float32, K
+    the smallest of ``ks``."""
+    token_couplings: np.ndarray | None = None
+    """A[t, t′] of the ``self`` kind at the first token layer pair: J^l_{tt} with the
+    singular vectors of J^{l′}_{t′t′}, (T, T, K, K) float32."""
 
 
 def _token_jacobians(
@@ -130,7 +149,7 @@ def measure_prompt(
     ks, svd = settings.ks, settings.svd
     calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
     n_layers, length = len(calls), streams.shape[1]
-    last, k_max = length - 1, max(ks)
+    last, k_max, k_kept = length - 1, max(ks), min(ks)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
 
     depth = [
@@ -146,6 +165,7 @@ def measure_prompt(
         for (metric, k), matrix in matrices.items()
         for (a, b), value in np.ndenumerate(matrix.numpy())
     ]
+    result.depth_couplings = _kept_couplings(depth, depth_factors, k_kept)
     result.factors = {
         "u": torch.stack([u for u, _, _ in depth_factors]).cpu().numpy(),
         "s": torch.stack([s for _, s, _ in depth_factors]).cpu().numpy(),
@@ -163,14 +183,14 @@ def measure_prompt(
     fixed_output = token_coupling.token(
         token_coupling.fixed_output_token, length, "fixed_output_token"
     )
-    seed, needs_values = settings.svd_seed, bool(set(settings.metrics) - {PAPER})
+    seed, needs_values = settings.svd_seed, bool(set(settings.metrics) - OWN_VALUES_FREE)
     jacobians = {
         layer: _token_jacobians(
             calls[layer - 1], streams[layer - 1], fixed_input, fixed_output, vjp_chunk
         )
         for layer in token_coupling.layers
     }
-    for layer_a, layer_b in token_coupling.layer_pairs:
+    for pair, (layer_a, layer_b) in enumerate(token_coupling.layer_pairs):
         for kind in TOKEN_KINDS:
             tokens = [token for token, _ in jacobians[layer_a][kind]]
             coupled = [j for _, j in jacobians[layer_a][kind]]
@@ -183,6 +203,8 @@ def measure_prompt(
                     else [top_singular(j, k_max, svd, seed)[1] for j in coupled]
                 )
             matrices = miscoupling_matrices(coupled, own, factors, ks, settings.metrics)
+            if pair == 0 and kind == "self":
+                result.token_couplings = _kept_couplings(coupled, factors, k_kept)
             result.tokens += [
                 {
                     "layer_a": layer_a,
@@ -198,6 +220,9 @@ def measure_prompt(
                 for (a, b), value in np.ndenumerate(matrix.numpy())
             ]
 
+    entropy, loss = lens_entropy_and_loss(
+        model, streams, input_ids[0], normed_last=settings.includes_final_norm
+    )
     for token in range(length):
         trajectory = result.streams[:, token]
         result.trajectories.append(
@@ -218,10 +243,22 @@ def measure_prompt(
                 "norm": float(norms[layer]),
                 "step_length": float(steps[layer]),
                 "lss_window": float(windows[layer]),
+                "logit_entropy": float(entropy[layer, token]),
+                "next_token_loss": float(loss[layer, token]),
             }
             for layer in range(n_layers + 1)
         ]
     return result
+
+
+def _kept_couplings(
+    jacobians: Sequence[torch.Tensor], factors: Sequence[Factors], k: int
+) -> np.ndarray:
+    """A[a, b] = U′_bᵀ J_a V′_b at K = ``k`` of every Jacobian with every factor, (n_a,
+    n_b, k, k) float32 on the CPU."""
+    return np.stack(
+        [coupling_matrices(jacobian, factors, k).float().cpu().numpy() for jacobian in jacobians]
+    )
 
 
 @dataclass
@@ -238,11 +275,17 @@ class PromptSetMeasurement:
     trajectories: pl.DataFrame
     """weights, prompt, token, lss, expodistance, equidistance_cv, text."""
     layers: pl.DataFrame
-    """weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0)."""
+    """weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0),
+    logit_entropy, next_token_loss (nats; NaN at the last token)."""
     factors: dict[str, np.ndarray]
     """``<weights>/<prompt>/{u,s,v}``: top-K factors of the last-token Jacobians."""
     streams: dict[str, np.ndarray]
     """``<weights>/<prompt>``: raw residual stream (L + 1, T, d)."""
+    couplings: dict[str, np.ndarray]
+    """``depth/<weights>/<prompt>``: A of every depth pair (L, L, K, K), and
+    ``depth/<weights>/mean_abs`` their mean |A| over prompts; ``tokens/<weights>/0``: A of
+    the ``self`` kind at the first token layer pair, first prompt (T, T, K, K); ``k``: K
+    (the smallest of ``ks``); ``token_layers``: that pair (l, l′). float32."""
 
 
 def measure_prompt_set(
@@ -262,7 +305,12 @@ def measure_prompt_set(
         name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
     }
     factors, streams = {}, {}
+    couplings: dict[str, np.ndarray] = {
+        "k": np.array(min(settings.ks)),
+        "token_layers": np.array(token_coupling.layer_pairs[0]),
+    }
     for weights, model in models.items():
+        absolute = []
         for index, ids in enumerate(prompts):
             measured = measure_prompt(
                 model,
@@ -277,7 +325,14 @@ def measure_prompt_set(
             for key, array in measured.factors.items():
                 factors[f"{weights}/{index}/{key}"] = array
             streams[f"{weights}/{index}"] = measured.streams
+            couplings[f"depth/{weights}/{index}"] = measured.depth_couplings
+            absolute.append(np.abs(measured.depth_couplings))
+            if index == 0:
+                couplings[f"tokens/{weights}/0"] = measured.token_couplings
             log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
+        couplings[f"depth/{weights}/mean_abs"] = np.mean(absolute, axis=0, dtype=np.float64).astype(
+            np.float32
+        )
     depth = pl.DataFrame(rows["depth"])
     mean = (
         depth.group_by("weights", "layer_a", "layer_b", "k", "metric", maintain_order=True)
@@ -297,4 +352,5 @@ def measure_prompt_set(
         layers=pl.DataFrame(rows["layers"]),
         factors=factors,
         streams=streams,
+        couplings=couplings,
     )

@@ -7,6 +7,8 @@ singular vectors diagonalise J:
 - ``paper`` (Aubry et al., Eq. 14): m̃(A) = ‖A − Diag(A)‖_F / ‖A‖_F; about sqrt(1 − 1/K)
   when the vectors are unrelated (A is then like a K × K matrix of independent entries,
   whose off-diagonal holds a fraction 1 − 1/K of the squared mass);
+- ``unnormalised`` (Aubry et al., Eq. 13): m(A) = ‖A − Diag(A)‖_F, the off-diagonal mass
+  itself, in the units of J (what §5.4 averages over layer pairs and prompts);
 - ``released_trace``: ‖|A| − S_K‖_F / tr(S_K), with |A| elementwise and S_K = diag(s_1…s_K)
   the top-K singular values of J itself (the released code's ``ujv`` ``trace`` metric);
 - ``released_norm``: ‖|A| − S_K‖_F / ‖(s_1…s_K)‖_2 (``ujv``, ``norm``);
@@ -24,6 +26,9 @@ import torch
 from layerlaws.core.errors import LayerlawsError
 
 PAPER = "paper"
+UNNORMALISED = "unnormalised"
+OWN_VALUES_FREE = frozenset({PAPER, UNNORMALISED})
+"""The metrics that need nothing of the coupled Jacobian but A."""
 RELEASED = {
     "released_trace": ("trace", False),
     "released_norm": ("norm", False),
@@ -31,8 +36,8 @@ RELEASED = {
     "released_norm_swapped": ("norm", True),
 }
 """The released code's metrics: (normaliser, whether U′ and V′ are swapped)."""
-METRICS = (PAPER, *RELEASED)
-"""The coupling metrics, ``paper`` first (the default)."""
+METRICS = (PAPER, UNNORMALISED, *RELEASED)
+"""The coupling metrics, ``paper`` first (the default, with ``unnormalised``)."""
 
 Factors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """Top singular triplets U (d, K), S (K,), V (d, K) of a Jacobian."""
@@ -43,11 +48,15 @@ def miscoupling(coupling: torch.Tensor) -> float:
     return float(_paper(coupling.double()[None])[0])
 
 
+def _off_diagonal(couplings: torch.Tensor) -> torch.Tensor:
+    """m(A) = ‖A − Diag(A)‖_F of each (K, K) matrix of a stack (n, K, K) (Eq. 13)."""
+    return torch.linalg.matrix_norm(couplings - torch.diag_embed(couplings.diagonal(0, -2, -1)))
+
+
 def _paper(couplings: torch.Tensor) -> torch.Tensor:
     """m̃ of each (K, K) matrix of a stack (n, K, K); NaN for a zero matrix."""
     total = torch.linalg.matrix_norm(couplings)
-    off = torch.linalg.matrix_norm(couplings - torch.diag_embed(couplings.diagonal(0, -2, -1)))
-    return torch.where(total > 0, off / total, torch.nan)
+    return torch.where(total > 0, _off_diagonal(couplings) / total, torch.nan)
 
 
 def _released(couplings: torch.Tensor, values: torch.Tensor, normaliser: str) -> torch.Tensor:
@@ -62,11 +71,25 @@ def metric_values(
 ) -> torch.Tensor:
     """``metric`` of each coupling matrix: ``couplings`` (n, K, K) are U′ᵀ J V′,
     ``swapped`` V′ᵀ J U′ (None when no swapped metric is asked for), ``values`` (K,) J's
-    own top-K singular values; float64 (n,)."""
+    own top-K singular values (unused by ``paper`` and ``unnormalised``); float64 (n,)."""
     if metric == PAPER:
         return _paper(couplings)
+    if metric == UNNORMALISED:
+        return _off_diagonal(couplings)
     normaliser, is_swapped = RELEASED[metric]
     return _released(swapped if is_swapped else couplings, values, normaliser)
+
+
+def coupling_matrices(
+    jacobian: torch.Tensor, factors: Sequence[Factors], k: int, swapped: bool = False
+) -> torch.Tensor:
+    """A = U′_Kᵀ J V′_K of the Jacobian J (d, d) with the top-``k`` singular vectors of
+    each of ``factors`` (V′_Kᵀ J U′_K when ``swapped``): (n_b, k, k), J's dtype and
+    device."""
+    u = torch.stack([factor[0][:, :k] for factor in factors])  # (n_b, d, k)
+    v = torch.stack([factor[2][:, :k] for factor in factors])
+    left, right = (v, u) if swapped else (u, v)
+    return left.transpose(1, 2) @ jacobian @ right
 
 
 def miscoupling_matrices(
@@ -77,31 +100,33 @@ def miscoupling_matrices(
     metrics: Sequence[str] = (PAPER,),
 ) -> dict[tuple[str, int], torch.Tensor]:
     """M[a, b] of every metric and K: the Jacobian J_a (d, d), with its own top singular
-    values ``values[a]`` (at least max K; None will do for the paper's metric alone),
-    coupled with the top-K singular vectors of ``factors[b]``. Each coupling matrix is
-    computed once at the largest K and cut for the smaller ones (A_K is the top-left
-    K × K block of A_{K_max}). Returns {(metric, K): (n_a, n_b)
-    float64 on the CPU}."""
+    values ``values[a]`` (at least max K; None will do for ``paper`` and
+    ``unnormalised``), coupled with the top-K singular vectors of ``factors[b]``. Each
+    coupling matrix is computed once at the largest K and cut for the smaller ones (A_K is
+    the top-left K × K block of A_{K_max}). Returns {(metric, K): (n_a, n_b) float64 on
+    the CPU}."""
     unknown = [metric for metric in metrics if metric not in METRICS]
     if unknown:
         raise LayerlawsError(
             f"coupling.metrics: unknown {unknown}; expected some of {', '.join(METRICS)}"
         )
     if values is None:
-        if set(metrics) - {PAPER}:
+        if set(metrics) - OWN_VALUES_FREE:
             raise LayerlawsError(
                 f"coupling.metrics {list(metrics)}: the released metrics need each Jacobian's "
                 "own singular values"
             )
         values = [torch.zeros(0)] * len(jacobians)
     k_max = max(ks)
-    u = torch.stack([factor[0][:, :k_max] for factor in factors])  # (n_b, d, K)
-    v = torch.stack([factor[2][:, :k_max] for factor in factors])
-    needs_swapped = any(RELEASED[metric][1] for metric in metrics if metric != PAPER)
+    needs_swapped = any(RELEASED[metric][1] for metric in metrics if metric in RELEASED)
     rows: dict[tuple[str, int], list[torch.Tensor]] = {(m, k): [] for m in metrics for k in ks}
     for jacobian, own in zip(jacobians, values, strict=True):
-        couplings = (u.transpose(1, 2) @ jacobian @ v).double()
-        swapped = (v.transpose(1, 2) @ jacobian @ u).double() if needs_swapped else None
+        couplings = coupling_matrices(jacobian, factors, k_max).double()
+        swapped = (
+            coupling_matrices(jacobian, factors, k_max, swapped=True).double()
+            if needs_swapped
+            else None
+        )
         for k in ks:
             for metric in metrics:
                 rows[metric, k].append(

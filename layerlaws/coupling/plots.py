@@ -19,6 +19,10 @@ from layerlaws.core.geometry import principal_plane
 WEIGHTS = ("trained", "random")
 DRAWN_METRIC = "paper"
 """The coupling metric the figures draw: Aubry et al.'s m̃ (Eq. 14)."""
+GRID_BLOCKS = 8
+"""Consecutive blocks of the depth grid, ending at the last (Fig. 3 draws blocks 9–16)."""
+GRID_TOKENS = 8
+"""Tokens of the token grid: the prompt's last ones (Fig. 4)."""
 
 
 def _paper_metric(table: pl.DataFrame) -> pl.DataFrame:
@@ -150,6 +154,134 @@ def plot_adjacency(
     save_figure(figure, path, options)
 
 
+def _mosaic(couplings: np.ndarray) -> np.ndarray:
+    """The (n, n, K, K) coupling matrices as one image: tile (a, b) is |A[a, b]| over its
+    own largest entry (so each tile shows its own pattern, whatever J's scale), tiles
+    apart by one blank (NaN) row and column; shape (n(K + 1) − 1, n(K + 1) − 1)."""
+    n, _, k, _ = couplings.shape
+    absolute = np.abs(couplings.astype(np.float64))
+    peaks = absolute.max(axis=(2, 3), keepdims=True)
+    tiles = np.divide(absolute, peaks, out=np.zeros_like(absolute), where=peaks > 0)
+    padded = np.full((n, n, k + 1, k + 1), np.nan)
+    padded[:, :, :k, :k] = tiles
+    return padded.transpose(0, 2, 1, 3).reshape(n * (k + 1), n * (k + 1))[:-1, :-1]
+
+
+def _draw_grid(
+    figure: Any, axes: Any, grids: Mapping[str, np.ndarray], labels: np.ndarray, names: str
+) -> None:
+    """One mosaic of |A| per weights, random on top and trained below (Figs. 3–4); tiles
+    labelled by ``labels`` (the layer or token of each row and column)."""
+    k = next(iter(grids.values())).shape[-1]
+    centres = np.arange(len(labels)) * (k + 1) + (k - 1) / 2
+    for axis, weights in zip(axes, ("random", "trained"), strict=True):
+        image = axis.imshow(_mosaic(grids[weights]), vmin=0, vmax=1, cmap="viridis")
+        axis.set_xticks(centres, labels, fontsize=7)
+        axis.set_yticks(centres, labels, fontsize=7)
+        axis.set_title(weights, fontsize=9)
+        axis.set_xlabel(f"{names} of the singular vectors (U′, V′)", fontsize=8)
+        axis.set_ylabel(f"{names} of the Jacobian J", fontsize=8)
+        figure.colorbar(image, ax=axis, shrink=0.8, label="|A| / max |A| of the tile")
+
+
+def plot_depth_grid(
+    couplings: Mapping[str, np.ndarray],
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """|A_{ll′}| = |U′_{l′}ᵀ J^l V′_{l′}| of the first prompt's last token for the last
+    ``GRID_BLOCKS`` blocks, laid out l × l′, random twin on top and trained model below
+    (Aubry et al., Fig. 3); ``couplings`` is couplings.npz."""
+    num_layers = couplings["depth/trained/0"].shape[0]
+    first = max(num_layers - GRID_BLOCKS, 0)
+    grids = {w: couplings[f"depth/{w}/0"][first:, first:] for w in WEIGHTS}
+    figure, axes = plt.subplots(2, 1, figsize=(options["width"] / 2, options["width"] * 0.9))
+    _draw_grid(figure, axes, grids, np.arange(first + 1, num_layers + 1), "block")
+    k = int(couplings["k"])
+    figure.suptitle(f"{title}: coupling across depth, last token, K={k}", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def plot_token_grid(
+    couplings: Mapping[str, np.ndarray],
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """|A^{tt t′t′}_{ll′}|: the self-Jacobians J^l_{tt} of the first prompt coupled with the
+    singular vectors of J^{l′}_{t′t′}, for its last ``GRID_TOKENS`` tokens at the first
+    token layer pair, random twin on top and trained model below (Aubry et al., Fig. 4)."""
+    length = couplings["tokens/trained/0"].shape[0]
+    first = max(length - GRID_TOKENS, 0)
+    grids = {w: couplings[f"tokens/{w}/0"][first:, first:] for w in WEIGHTS}
+    figure, axes = plt.subplots(2, 1, figsize=(options["width"] / 2, options["width"] * 0.9))
+    _draw_grid(figure, axes, grids, np.arange(first, length), "token")
+    layer_a, layer_b = (int(layer) for layer in couplings["token_layers"])
+    layers = f"layer {layer_a}" if layer_a == layer_b else f"layers {layer_a}, {layer_b}"
+    k = int(couplings["k"])
+    figure.suptitle(f"{title}: coupling across tokens, {layers}, K={k}", fontsize=10)
+    save_figure(figure, path, options)
+
+
+def pair_coupling(depth: pl.DataFrame) -> pl.DataFrame:
+    """Per weights, the depth-wise normalised coupling of each layer pair l < l′ (Aubry et
+    al., Fig. 1c–e): coupling 1 − m̃ (the paper's metric, smallest K, mean over prompts)
+    averaged over the two directions (l, l′) and (l′, l), then scaled to 0..1 over the
+    pairs of that weights (min to max). Columns weights, low, high, coupling, weight."""
+    depth = _paper_metric(depth)
+    return (
+        depth.filter((pl.col("prompt") == "mean") & (pl.col("k") == depth["k"].min()))
+        .filter(pl.col("layer_a") != pl.col("layer_b"))
+        .with_columns(
+            low=pl.min_horizontal("layer_a", "layer_b"),
+            high=pl.max_horizontal("layer_a", "layer_b"),
+        )
+        .group_by("weights", "low", "high")
+        .agg(coupling=1 - pl.col("miscoupling").mean())
+        .with_columns(
+            weight=(
+                (pl.col("coupling") - pl.col("coupling").min())
+                / (pl.col("coupling").max() - pl.col("coupling").min())
+            ).over("weights")
+        )
+        .sort("weights", "low", "high")
+    )
+
+
+def plot_adjacency_graph(
+    depth: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """The adjacency graph of Aubry et al., Fig. 1c–e: the layers as nodes on a circle,
+    an edge between every pair whose width and opacity are its depth-wise normalised
+    coupling (``pair_coupling``)."""
+    pairs = pair_coupling(depth)
+    num_layers = int(pairs["high"].max())
+    angles = np.pi / 2 - 2 * np.pi * np.arange(num_layers) / num_layers
+    nodes = np.column_stack([np.cos(angles), np.sin(angles)])
+    figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2))
+    for axis, weights in zip(axes, WEIGHTS, strict=True):
+        for row in pairs.filter(pl.col("weights") == weights).iter_rows(named=True):
+            ends = nodes[[row["low"] - 1, row["high"] - 1]]
+            weight = float(np.nan_to_num(row["weight"]))
+            axis.plot(*ends.T, color="tab:blue", linewidth=0.2 + 3 * weight, alpha=weight)
+        axis.scatter(*nodes.T, s=60, color="black", zorder=3)
+        for layer, (x, y) in enumerate(nodes, start=1):
+            axis.annotate(str(layer), (1.12 * x, 1.12 * y), ha="center", va="center", fontsize=7)
+        axis.set(xlim=(-1.3, 1.3), ylim=(-1.3, 1.3), aspect="equal")
+        axis.axis("off")
+        axis.set_title(weights, fontsize=9)
+    k = _paper_metric(depth)["k"].min()
+    figure.suptitle(f"{title}: normalised coupling between layers, K={k}", fontsize=10)
+    save_figure(figure, path, options)
+
+
 def plot_shape(
     trajectories: pl.DataFrame,
     *,
@@ -158,7 +290,8 @@ def plot_shape(
     options: Mapping[str, Any],
 ) -> None:
     """Distributions over all tokens of the line-shape score, the expodistance and the
-    equidistance's coefficient of variation (Fig. 23)."""
+    equidistance's coefficient of variation (Fig. 23), with their means (the paper quotes
+    the mean LSS) and medians in the legend."""
     columns = ("lss", "expodistance", "equidistance_cv")
     figure, axes = plt.subplots(1, len(columns), figsize=(options["width"], 3.2))
     for axis, column in zip(axes, columns, strict=True):
@@ -168,7 +301,9 @@ def plot_shape(
                 values[np.isfinite(values)],
                 bins=20,
                 alpha=0.6,
-                label=f"{weights} (median {np.nanmedian(values):.2f})",
+                label=(
+                    f"{weights} (mean {np.nanmean(values):.2f}, median {np.nanmedian(values):.2f})"
+                ),
             )
         axis.set_xlabel(
             {
@@ -269,14 +404,18 @@ def plot_layers(
     options: Mapping[str, Any],
 ) -> None:
     """Per-layer profiles over all tokens and prompts (Aubry et al., Fig. 24–25): the norm of
-    x^l, the step length ‖x^l − x^{l−1}‖ and the line-shape score of the centred window;
-    median with the inter-quartile band, trained against random weights."""
+    x^l, the step length ‖x^l − x^{l−1}‖, the line-shape score of the centred window, and
+    by the logit lens the entropy of the model's own prediction from x^l and its loss on
+    the next token (Fig. 24, row 4); median with the inter-quartile band, trained against
+    random weights."""
     panels = {
         "norm": ("‖x^l‖", "log"),
         "step_length": ("‖x^l − x^(l−1)‖", "log"),
         "lss_window": ("windowed line-shape score", "linear"),
+        "logit_entropy": ("entropy of the logit lens (nats)", "linear"),
+        "next_token_loss": ("next-token loss of the logit lens (nats)", "linear"),
     }
-    figure, axes = plt.subplots(1, len(panels), figsize=(options["width"], 3.2))
+    figure, axes = plt.subplots(1, len(panels), figsize=(options["width"] * 1.4, 3.2))
     for axis, (column, (label, scale)) in zip(axes, panels.items(), strict=True):
         for weights in WEIGHTS:
             block = layers.filter(pl.col("weights") == weights)

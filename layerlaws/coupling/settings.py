@@ -15,7 +15,7 @@ from layerlaws.core.settings import (
     parsed,
     sequence_of,
 )
-from layerlaws.coupling.miscoupling import METRICS, PAPER
+from layerlaws.coupling.miscoupling import METRICS, PAPER, UNNORMALISED
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,11 @@ class CouplingSettings(StageSettings):
     """in_last_block: the last block includes the final norm, x^L is what the LM head
     reads (Aubry et al. Eq. 7); excluded: x^L and the last Jacobian come before it."""
     metrics: tuple[str, ...] = field(
-        default=(PAPER,), metadata=parsed(sequence_of(one_of(*METRICS)))
+        default=(PAPER, UNNORMALISED), metadata=parsed(sequence_of(one_of(*METRICS)))
     )
     """Coupling metrics measured (``layerlaws.coupling.miscoupling``): ``paper`` is Aubry et
-    al.'s Eq. 14, the ``released_*`` ones their released code's."""
+    al.'s m̃ (Eq. 14), ``unnormalised`` their m (Eq. 13), the ``released_*`` ones their
+    released code's."""
     svd: str = field(default="full", metadata=parsed(one_of("full", "randomized")))
     """The top singular vectors by a full or a randomized SVD."""
     svd_seed: int = field(default=0, metadata=parsed(integer))

@@ -21,16 +21,21 @@ from layerlaws.forward.settings import MaskingSettings
 NORMS = ("model", "standardize", "none")
 CONTROLS = ("none", "shuffled_vocab")
 SPECIAL_TOKENS = ("exclude", "include")
+SHUFFLES = ("present", "vocabulary")
+FUZZINESS_CLASSES = ("all", "frequent")
 
 
 @dataclass(frozen=True)
 class FuzzinessSettings:
     """Separation fuzziness with the next token as the class (He & Su Fig. S8)."""
 
+    classes: str = field(metadata=parsed(one_of(*FUZZINESS_CLASSES)))
+    """all: every target id of the run is a class (He & Su's released code); frequent:
+    only those of ``min_rows`` rows or more, at most ``max_classes``."""
     min_rows: int = field(metadata=parsed(integer))
-    """A class is counted when this many text tokens precede it (≥ 2)."""
+    """Under ``frequent``: a class is counted when this many text tokens precede it (≥ 2)."""
     max_classes: int = field(metadata=parsed(integer))
-    """At most this many classes, the most frequent (≥ 2)."""
+    """Under ``frequent``: at most this many classes, the most frequent (≥ 2)."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,11 @@ class EquilearningSettings(StageSettings):
     """Normalisations of the states of layers < L: model, standardize, none."""
     controls: tuple[str, ...] = field(metadata=parsed(sequence_of(one_of(*CONTROLS))))
     """Targets: none (the token ids) or shuffled_vocab (ids under a fixed permutation)."""
+    shuffle: str = field(metadata=parsed(one_of(*SHUFFLES)))
+    """What ``shuffled_vocab`` permutes: present (the target ids that occur at each offset,
+    among themselves, as He & Su's released code) or vocabulary (every token id)."""
     shuffle_seed: int = field(metadata=parsed(integer))
-    """Seed of the vocabulary permutation of ``shuffled_vocab``."""
+    """Seed of the permutation of ``shuffled_vocab``."""
     cutoff: float = field(metadata=parsed(number))
     """Relative eigenvalue cut-off of the feature covariance's pseudo-inverse, in
     (0, 1e-3]."""

@@ -4,7 +4,10 @@ statistics streamed while the model runs.
 For target offset k the regression rows are (h[l][s,t], x[s,t+k]) over the text tokens t
 of each sequence s for which t+k is also a text token of s (special tokens and padding are
 never inputs nor targets). The target is the token id as a real number, or under the
-``shuffled_vocab`` control its image under a fixed random permutation of the vocabulary.
+``shuffled_vocab`` control its image under a fixed random permutation: by default (He &
+Su's released code, ``shuffle: present``) a seeded bijection of the ids that occur as
+targets of that offset onto themselves, so the targets keep their set of values; under
+``shuffle: vocabulary`` a permutation of the whole vocabulary.
 
 ``EquilearningStatistics`` observes a forward pass (``layerlaws.forward.model_pass``): for every
 layer and norm it merges, batch by batch and on the device the layer runs on, the float64
@@ -70,16 +73,18 @@ def target_matrix(
     rows: pl.DataFrame,
     offsets: Sequence[int],
     controls: Sequence[str],
-    permutation: np.ndarray,
+    permutations: Sequence[np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Targets of each regression row: ``values`` (n_rows, len(offsets) · len(controls))
     float64, column ``i · len(controls) + j`` for offset i and control j (the token id,
-    under ``shuffled_vocab`` its image by ``permutation``), 0 where undefined, and
-    ``defined`` (n_rows, len(offsets)) bool."""
+    under ``shuffled_vocab`` its image by ``permutations[i]``, a map of token ids), 0
+    where undefined, and ``defined`` (n_rows, len(offsets)) bool."""
     ids, defined = target_ids(rows, offsets)
     values = [
         np.where(
-            defined[:, i], permutation[ids[:, i]] if control == "shuffled_vocab" else ids[:, i], 0
+            defined[:, i],
+            permutations[i][ids[:, i]] if control == "shuffled_vocab" else ids[:, i],
+            0,
         )
         for i in range(len(offsets))
         for control in controls
@@ -88,8 +93,34 @@ def target_matrix(
 
 
 def vocabulary_permutation(vocab_size: int, shuffle_seed: int) -> np.ndarray:
-    """The fixed random permutation of token ids of the ``shuffled_vocab`` control."""
+    """The fixed random permutation of every token id (``shuffle: vocabulary``)."""
     return np.random.default_rng(shuffle_seed).permutation(vocab_size)
+
+
+def present_permutation(present: np.ndarray, vocab_size: int, shuffle_seed: int) -> np.ndarray:
+    """A map of the ``vocab_size`` token ids that permutes the ids ``present`` (sorted,
+    distinct) among themselves by a seeded random bijection and leaves the others alone
+    (``shuffle: present``, He & Su's released code)."""
+    mapping = np.arange(vocab_size)
+    mapping[present] = np.random.default_rng(shuffle_seed).permutation(present)
+    return mapping
+
+
+def present_ids(tokens: pl.DataFrame, offsets: Sequence[int]) -> list[np.ndarray]:
+    """For each offset, the distinct ids (sorted, int64) that occur as its targets among
+    the observed rows of ``tokens`` (a tokens table as the pass reads it)."""
+    ids, defined = target_ids(text_rows(tokens), offsets)
+    return [np.unique(ids[defined[:, i], i]) for i in range(len(offsets))]
+
+
+def shuffled_maps(
+    vocab_size: int, n_offsets: int, shuffle_seed: int, present: Sequence[np.ndarray] | None
+) -> list[np.ndarray]:
+    """The ``shuffled_vocab`` map of each offset: ``present_permutation`` of its present
+    ids, or one ``vocabulary_permutation`` for all offsets when ``present`` is None."""
+    if present is None:
+        return [vocabulary_permutation(vocab_size, shuffle_seed)] * n_offsets
+    return [present_permutation(ids, vocab_size, shuffle_seed) for ids in present]
 
 
 def check_enough_rows(tokens: pl.DataFrame, offsets: Sequence[int], hidden_size: int) -> None:
@@ -118,7 +149,9 @@ class EquilearningStatistics:
     """The co-moments of every layer × norm, streamed from a forward pass (an Observer).
 
     Norms apply to layers l < L; layer L is used as the model outputs it, so its
-    statistics are gathered once and its PR reported under every norm.
+    statistics are gathered once and its PR reported under every norm. ``present`` (one
+    array per offset, ``present_ids``) makes ``shuffled_vocab`` permute those ids among
+    themselves; None permutes the whole vocabulary.
     """
 
     def __init__(
@@ -128,10 +161,12 @@ class EquilearningStatistics:
         norms: Sequence[str],
         controls: Sequence[str],
         shuffle_seed: int,
+        present: Sequence[np.ndarray] | None = None,
     ) -> None:
         self.facts, self.offsets = facts, list(offsets)
         self.norms, self.controls = list(norms), list(controls)
-        self.permutation = vocabulary_permutation(facts.vocab_size, shuffle_seed)
+        self.permutations = shuffled_maps(facts.vocab_size, len(offsets), shuffle_seed, present)
+        """Per offset, the map of token ids of the ``shuffled_vocab`` control."""
         self.total: dict[tuple[int, str], Moments] = {}
         """(layer, norm) → moments of [features, targets] over all rows."""
         self.lacking: dict[tuple[int, str, int], Moments] = {}
@@ -147,7 +182,7 @@ class EquilearningStatistics:
     def begin_rows(self, rows: pl.DataFrame) -> None:
         """The rows (``sentence_id``, ``position``, ``token_id``; whole sequences) that the
         next ``observe`` calls hold, in order."""
-        values, defined = target_matrix(rows, self.offsets, self.controls, self.permutation)
+        values, defined = target_matrix(rows, self.offsets, self.controls, self.permutations)
         self._targets, self._defined = torch.from_numpy(values), torch.from_numpy(defined)
         self._on_device.clear()
 

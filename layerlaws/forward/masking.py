@@ -1,13 +1,16 @@
 """Masked-LM probing (He & Su, Fig. 7): the inputs of an encoder's own task.
 
-Each text token is chosen with probability ``rate`` (15 % as in BERT), independently; a
-chosen token is replaced by the mask token with probability 0.8, by a token drawn
-uniformly from the vocabulary with probability 0.1, and kept with probability 0.1. The
-model reads the replaced ids (``input_id``); the regression rows are the chosen positions
-only (``is_target``), and their targets are read from the original ids (``token_id``), so
-target offset 0 is the masked-LM task itself. Draws come from one NumPy generator seeded
-by ``seed``, over the table in (sentence, position) order: the same table and seed give
-the same masks.
+Each text token is chosen with probability ``rate`` (15 % as in BERT), independently.
+Under the ``mask_only`` scheme (He & Su's released code) every chosen token is replaced by
+the mask token; under ``bert`` a chosen token is replaced by the mask token with
+probability 0.8, by a token drawn uniformly from the vocabulary with probability 0.1, and
+kept with probability 0.1. The model reads the replaced ids (``input_id``); the regression
+rows are the chosen positions only (``is_target``: under ``mask_only`` exactly the
+positions the model reads as the mask token), and their targets are read from the
+original ids (``token_id``), so target offset 0 is the masked-LM task itself. Draws come
+from one NumPy generator seeded by ``seed``, over the table in (sentence, position)
+order: the same table and seed give the same masks, and both schemes choose the same
+positions.
 """
 
 from __future__ import annotations
@@ -24,10 +27,16 @@ REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1
 
 
 def mask_tokens(
-    tokens: pl.DataFrame, vocab_size: int, mask_token_id: int | None, rate: float, seed: int
+    tokens: pl.DataFrame,
+    vocab_size: int,
+    mask_token_id: int | None,
+    rate: float,
+    seed: int,
+    scheme: str,
 ) -> pl.DataFrame:
     """``tokens`` (a tokens table) sorted by sentence and position, with ``input_id``
-    (int64, what the model reads) and ``is_target`` (bool, a chosen text token)."""
+    (int64, what the model reads) and ``is_target`` (bool, a chosen text token), masked
+    under ``scheme`` (``mask_only`` or ``bert``)."""
     if mask_token_id is None:
         raise LayerlawsError(
             "masked-LM probing needs a mask token, and this model's tokenizer has none; "
@@ -38,16 +47,31 @@ def mask_tokens(
     count = ordered.height
     text = ~ordered["is_special"].to_numpy()
     chosen = text & (rng.random(count) < rate)
-    draw = rng.random(count)
-    random_ids = rng.integers(0, vocab_size, count)
     original = ordered["token_id"].to_numpy()
-    input_ids = np.where(
+    if scheme == "mask_only":
+        input_ids = np.where(chosen, mask_token_id, original)
+    else:
+        input_ids = bert_replacements(rng, chosen, original, vocab_size, mask_token_id)
+    return ordered.with_columns(
+        input_id=pl.Series(input_ids, dtype=pl.Int64), is_target=pl.Series(chosen)
+    )
+
+
+def bert_replacements(
+    rng: np.random.Generator,
+    chosen: np.ndarray,
+    original: np.ndarray,
+    vocab_size: int,
+    mask_token_id: int,
+) -> np.ndarray:
+    """The ids the model reads under BERT's rule: each ``chosen`` position becomes the
+    mask token (80 %), a uniformly drawn id (10 %) or stays ``original`` (10 %)."""
+    draw = rng.random(len(chosen))
+    random_ids = rng.integers(0, vocab_size, len(chosen))
+    return np.where(
         chosen & (draw < REPLACE_WITH_MASK),
         mask_token_id,
         np.where(chosen & (draw < REPLACE_WITH_MASK + REPLACE_WITH_RANDOM), random_ids, original),
-    )
-    return ordered.with_columns(
-        input_id=pl.Series(input_ids, dtype=pl.Int64), is_target=pl.Series(chosen)
     )
 
 
@@ -80,9 +104,11 @@ def probe_tokens(
 ) -> pl.DataFrame:
     """The tokens table as a probe's pass reads it: special tokens observed or not
     (``special_tokens``: ``exclude`` or ``include``, ``model_pass.observed_tokens``), then
-    unchanged for ``next_token``, masked (``mask_tokens`` with ``masking``'s ``rate`` and
-    ``seed``) for ``masked_lm``."""
+    unchanged for ``next_token``, masked (``mask_tokens`` with ``masking``'s ``rate``,
+    ``seed`` and ``scheme``) for ``masked_lm``."""
     tokens = observed_tokens(tokens, special_tokens)
     if probe == "next_token":
         return tokens
-    return mask_tokens(tokens, vocab_size, mask_token_id, masking.rate, masking.seed)
+    return mask_tokens(
+        tokens, vocab_size, mask_token_id, masking.rate, masking.seed, masking.scheme
+    )

@@ -64,32 +64,43 @@ HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "token
 only as ``.bin`` when a repository has no safetensors)."""
 
 
-def _hub_snapshot(model_id: str, revision: str | None) -> Path:
+def _hub_snapshot(model_id: str, revision: str | None, subfolder: str | None) -> Path:
     """The local folder of a hub model in the Hugging Face cache (downloaded there once,
-    used where it lies)."""
+    used where it lies): the repository's root, or its ``subfolder`` for repositories that
+    hold several models (e.g. the data-constrained GPT-2 models of Muennighoff et al.)."""
     from huggingface_hub import snapshot_download
 
-    folder = Path(snapshot_download(model_id, revision=revision, allow_patterns=HUB_FILES))
+    prefix = f"{subfolder.strip('/')}/" if subfolder else ""
+
+    def fetch(patterns: list[str]) -> Path:
+        allowed = [prefix + pattern for pattern in patterns]
+        return Path(snapshot_download(model_id, revision=revision, allow_patterns=allowed)) / prefix
+
+    folder = fetch(HUB_FILES)
     if not any(folder.glob("*.safetensors")):
-        folder = Path(
-            snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.bin"])
-        )
+        folder = fetch([*HUB_FILES, "*.bin"])
     return folder
 
 
-def read_config(where: str, revision: str | None, trust_remote_code: bool) -> Any:
-    """The config of a hub id or local folder, checked against the architecture table before
-    any weights are fetched."""
+def read_config(
+    where: str, revision: str | None, trust_remote_code: bool, subfolder: str | None = None
+) -> Any:
+    """The config of a hub id (or its ``subfolder``) or local folder, checked against the
+    architecture table before any weights are fetched."""
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(
-            where, revision=revision, trust_remote_code=trust_remote_code
+            where,
+            revision=revision,
+            subfolder=subfolder or "",
+            trust_remote_code=trust_remote_code,
         )
     except Exception as error:
+        inside = f", subfolder {subfolder!r}" if subfolder else ""
         raise LayerlawsError(
-            f"could not load model {where!r} (revision {revision!r}): {error}. Check the id or "
-            f"folder and (for the hub) that this machine can reach it"
+            f"could not load model {where!r} (revision {revision!r}{inside}): {error}. Check "
+            f"the id or folder and (for the hub) that this machine can reach it"
         ) from error
     architecture_of(config)
     return config
@@ -107,9 +118,10 @@ def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple
             f"unknown model source kind {source['kind']!r}; use hub, local, gguf_package or "
             f"gguf_file"
         )
-    config = read_config(source["id"], source.get("revision"), trust_remote_code)
+    revision, subfolder = source.get("revision"), source.get("subfolder")
+    config = read_config(source["id"], revision, trust_remote_code, subfolder)
     try:
-        return _hub_snapshot(source["id"], source.get("revision")), config
+        return _hub_snapshot(source["id"], revision, subfolder), config
     except Exception as error:
         raise LayerlawsError(
             f"could not fetch the weights of {source['id']!r}: {error}. Check that this machine "
@@ -125,7 +137,7 @@ def source_config(model_config: Mapping[str, Any]) -> Any:
     if source["kind"] in ("gguf_package", "gguf_file"):
         return _gguf_config(gguf_location(source))
     where = source["path"] if source["kind"] == "local" else source["id"]
-    return read_config(where, source.get("revision"), remote_code)
+    return read_config(where, source.get("revision"), remote_code, source.get("subfolder"))
 
 
 def skeleton_of(config: Any, trust_remote_code: bool) -> Any:

@@ -41,9 +41,18 @@ def check_trainings(config: Mapping[str, Any]) -> None:
 
 
 def check_series(config: Mapping[str, Any]) -> None:
-    """Each series names known datasets, prompts and corpora."""
+    """Each series names known datasets, prompts and corpora, and leaves out of its fits
+    only its own members (a key it lists, or one revision or checkpoint ``<key>@…`` of
+    it)."""
     corpora = {*config["datasets"], *config["signatures"]["pools"], "training_corpus"}
     for name, series in config["series"].items():
+        listed = {entry if isinstance(entry, str) else entry["model"] for entry in series["models"]}
+        for excluded in series["exclude_from_fits"]:
+            if excluded.partition("@")[0] not in listed:
+                raise LayerlawsError(
+                    f"config series.{name}.exclude_from_fits names {excluded!r}, which is not "
+                    f"a member of the series; its models: {sorted(listed)}"
+                )
         for field, known in (
             ("datasets", config["datasets"]),
             ("prompts", config["coupling"]["prompts"]),
@@ -91,6 +100,22 @@ def check_signatures(
                 f"config signatures.runs[{index}].dataset is {run['dataset']!r}, which is "
                 f"neither a dataset nor a pool; known: {corpora}"
             )
+
+
+def check_own_corpus(config: Mapping[str, Any]) -> None:
+    """Each ``signatures.own_corpus`` group names trainings that save their final step."""
+    for name, trainings in config["signatures"]["own_corpus"].items():
+        for training in trainings:
+            require_key(f"signatures.own_corpus.{name}", training, "training", config["training"])
+            settings = config["training"][training]
+            if isinstance(settings["checkpoints"], list) and (
+                settings["steps"] not in settings["checkpoints"]
+            ):
+                raise LayerlawsError(
+                    f"config signatures.own_corpus.{name} compares training {training!r} "
+                    f"after its last step, but training.{training}.checkpoints does not save "
+                    f"step {settings['steps']}; add it"
+                )
 
 
 def check_coupling(

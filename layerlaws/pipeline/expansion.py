@@ -20,6 +20,7 @@ from typing import Any
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.pipeline.checks import (
     check_coupling,
+    check_own_corpus,
     check_runs,
     check_series,
     check_signatures,
@@ -199,6 +200,22 @@ def signature_corpus(
     return config["training"][training]["dataset"]
 
 
+def own_corpus_runs(config: Mapping[str, Any]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per group of ``signatures.own_corpus``: (model, corpus) of each of its trainings, in
+    order: the training's final checkpoint and its own training dataset (Yao & Xu Fig. 5B:
+    each model against the corpus it was trained on)."""
+    return {
+        name: tuple(
+            (
+                checkpoint_key(training, config["training"][training]["steps"]),
+                config["training"][training]["dataset"],
+            )
+            for training in trainings
+        )
+        for name, trainings in config["signatures"]["own_corpus"].items()
+    }
+
+
 def tokenizer_owner(models: Mapping[str, Any], config: Mapping[str, Any], model: str) -> str:
     """The model whose tokenizer ``model`` uses: a checkpoint's training tokenizer model,
     else the model itself (whole corpora are tokenised and counted once per tokenizer)."""
@@ -241,7 +258,11 @@ class ExpandedConfig:
     coupling_runs: tuple[tuple[str, str], ...]
     """(model, prompt set) of every coupling run, likewise."""
     signature_runs: tuple[tuple[str, str], ...]
-    """(model, corpus) of every signature run, likewise (a corpus: a dataset or a pool)."""
+    """(model, corpus) of every signature run, likewise (a corpus: a dataset or a pool);
+    the runs of ``own_corpus`` come last."""
+    own_corpus: Mapping[str, tuple[tuple[str, str], ...]]
+    """Per group of ``signatures.own_corpus``: (final checkpoint, training dataset) of each
+    of its trainings."""
     series: Mapping[str, tuple[SeriesMember, ...]]
     """The members of every series, in order."""
 
@@ -252,6 +273,7 @@ class ExpandedConfig:
         nothing the config defines."""
         layout = layout or Layout()
         check_trainings(config)
+        check_own_corpus(config)
         check_series(config)
         models = expand_models(
             config,
@@ -259,6 +281,12 @@ class ExpandedConfig:
         )
         series = {name: tuple(series_members(config, models, name)) for name in config["series"]}
         added = series_runs(config, models)
+        own_corpus = own_corpus_runs(config)
+        added.signatures.extend(
+            {"model": model, "dataset": corpus}
+            for pairs in own_corpus.values()
+            for model, corpus in pairs
+        )
         runs = [
             {"model": m, "dataset": d}
             for m, d in _runs(config["runs"], added.equilearning, "dataset")
@@ -282,6 +310,7 @@ class ExpandedConfig:
             runs=tuple((run["model"], run["dataset"]) for run in runs),
             coupling_runs=tuple((run["model"], run["prompts"]) for run in coupling),
             signature_runs=tuple((run["model"], run["dataset"]) for run in signatures),
+            own_corpus=MappingProxyType(own_corpus),
             series=MappingProxyType(series),
         )
 

@@ -17,6 +17,7 @@ PROMPTS = "{prompts}"
 TRAINING = "{training}"
 SERIES = "{series}"
 TASK = "{task}"
+OWN_CORPUS = "{own_corpus}"
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class Layout:
         """A model's signatures compared across its corpora."""
         return f"{self.root}/signatures/{model}"
 
+    def own_corpus(self, name: str = OWN_CORPUS) -> str:
+        """A group of trained models, each compared with its own training corpus."""
+        return f"{self.root}/signatures/own_corpus/{name}"
+
     # Stage 6: coupling.
     def coupling(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
         """A model's block coupling on a prompt set, and its figures."""
@@ -127,6 +132,7 @@ class Layout:
                 "equilearning_summary",
                 "signatures",
                 "corpus_comparison",
+                "own_corpus",
                 "coupling",
                 "trajectories",
                 "series",

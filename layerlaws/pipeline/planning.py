@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,12 @@ def token_table_size(path: str | Path) -> tuple[int, int]:
     """(tokens, longest sequence) of a tokens table."""
     lengths = pl.scan_parquet(path).group_by("sentence_id").len().collect()["len"]
     return int(lengths.sum()), int(lengths.max())
+
+
+def distinct_tokens(path: str | Path) -> int:
+    """Distinct token ids of a tokens table (special tokens included): at least as many
+    as the targets of any offset."""
+    return int(pl.scan_parquet(path).select(pl.col("token_id").n_unique()).collect().item())
 
 
 def config_size(model_config: Mapping[str, Any]) -> ModelSize:
@@ -98,7 +105,22 @@ class JobPlanner:
     def _on_gpu(self) -> bool:
         return self.execution.device != "cpu"
 
-    def _pass(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
+    def _fuzziness_classes(self, size: ModelSize, tokens: int, tokens_path: str | Path) -> int:
+        """Classes the separation fuzziness counts at most: ``max_classes`` under
+        ``classes: frequent``; under ``all`` the distinct ids of the run's tokens table
+        once it exists, before it min(tokens, vocabulary)."""
+        settings = self.config["equilearning"]["fuzziness"]
+        if settings["classes"] == "frequent":
+            return settings["max_classes"]
+        if Path(tokens_path).is_file():
+            return min(distinct_tokens(tokens_path), size.vocab_size)
+        return min(tokens, size.vocab_size)
+
+    def _pass(
+        self, model: str, size: ModelSize, tokens: int, longest: int, *, tokens_path: str | Path
+    ) -> Needs:
+        """Needs of an equi-learning pass over ``tokens`` (those of ``tokens_path`` once it
+        exists)."""
         settings = self.config["equilearning"]
         return equilearning_pass_needs(
             size=size,
@@ -111,7 +133,7 @@ class JobPlanner:
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
-            fuzziness_classes=settings["fuzziness"]["max_classes"],
+            fuzziness_classes=self._fuzziness_classes(size, tokens, tokens_path),
         )
 
     def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
@@ -175,7 +197,7 @@ class JobPlanner:
         return job(wildcards.model, size, *self._known_tokens(wildcards.dataset, input.tokens))
 
     def equilearning_pass(self, wildcards: Any, input: Any) -> Needs:
-        return self._run_needs(wildcards, input, self._pass)
+        return self._run_needs(wildcards, input, partial(self._pass, tokens_path=input.tokens))
 
     def extract_hidden(self, wildcards: Any, input: Any) -> Needs:
         return self._run_needs(wildcards, input, self._hidden)
@@ -258,7 +280,13 @@ class JobPlanner:
         for model, dataset in self.expanded.runs:
             size, sized_by = self.size(model)
             tokens, longest, counted = self.tokens(model, dataset)
-            jobs = [("equilearning_pass", self._pass(model, size, tokens, longest))]
+            tokens_path = self.layout.tokens(model, dataset)
+            jobs = [
+                (
+                    "equilearning_pass",
+                    self._pass(model, size, tokens, longest, tokens_path=tokens_path),
+                )
+            ]
             if self.config["hidden_states"]["keep"]:
                 jobs.append(("extract_hidden", self._hidden(model, size, tokens, longest)))
             for job, needs in jobs:

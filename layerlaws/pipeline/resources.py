@@ -99,12 +99,14 @@ def model_pass_needs(
     gpus: int | str,
     gpu_memory_gb: float,
     device_bytes: int = 0,
+    host_bytes: int = 0,
     flops_per_token: float = 0.0,
     output_bytes: int = 0,
 ) -> Needs:
     """Needs of a job that runs a model over ``n_tokens`` tokens in batches of about
-    ``batch_tokens``, holding ``device_bytes`` more beside it (statistics), doing
-    ``flops_per_token`` of float64 work beside the forward pass, writing ``output_bytes``.
+    ``batch_tokens``, holding ``device_bytes`` more beside it (statistics) and
+    ``host_bytes`` in host memory wherever it runs, doing ``flops_per_token`` of float64
+    work beside the forward pass, writing ``output_bytes``.
 
     On a GPU, ``gpus`` (a number, or ``auto``: as many GPUs of ``gpu_memory_gb`` as the
     weights, the working memory and ``device_bytes`` need) share the device memory and
@@ -117,12 +119,12 @@ def model_pass_needs(
     if on_gpu:
         count = _gpus_for(device_total, gpus, gpu_memory_gb)
         gpu_mb = math.ceil(device_total / count / MIB)
-        host = HOST_BASE_MB * MIB + min(weights, 5 * 2**30)
+        host = HOST_BASE_MB * MIB + min(weights, 5 * 2**30) + host_bytes
         seconds = forward_flops / FLOPS_PER_SECOND["gpu"]
         seconds += flops_per_token * n_tokens / (FLOPS_PER_SECOND["gpu"] / 10)
     else:
         count, gpu_mb = 0, 0
-        host = HOST_BASE_MB * MIB + device_total
+        host = HOST_BASE_MB * MIB + device_total + host_bytes
         seconds = forward_flops / FLOPS_PER_SECOND["cpu"]
         seconds += flops_per_token * n_tokens / (FLOPS_PER_SECOND["cpu"] / 10)
     seconds += weights / LOAD_BYTES_PER_SECOND
@@ -149,9 +151,10 @@ def equilearning_pass_needs(
     gpu_memory_gb: float,
     fuzziness_classes: int = 0,
 ) -> Needs:
-    """Needs of the equi-learning pass: the model, its statistics on the device (those of
-    the separation fuzziness over at most ``fuzziness_classes`` classes included), a PR
-    table as output."""
+    """Needs of the equi-learning pass: the model, its statistics on the device (the
+    co-moments of the separation fuzziness included), the class sums of the separation
+    fuzziness over at most ``fuzziness_classes`` classes in host memory, a PR table as
+    output."""
     width = size.hidden_size + len(offsets) * len(controls)
     statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
@@ -164,18 +167,25 @@ def equilearning_pass_needs(
         gpus=gpus,
         gpu_memory_gb=gpu_memory_gb,
         device_bytes=statistics_bytes(size, offsets, norms, controls)
-        + fuzziness_bytes(size, norms, fuzziness_classes),
+        + fuzziness_bytes(size, norms),
+        host_bytes=class_sums_bytes(size, norms, fuzziness_classes),
         flops_per_token=statistics_flops,
         output_bytes=rows * 64,
     )
 
 
-def fuzziness_bytes(size: ModelSize, norms: Sequence[str], classes: int) -> int:
-    """Memory of the separation-fuzziness statistics: per layer and norm (the last layer
-    once) a co-moment of the hidden size, the class sums and counts, float64."""
-    matrices = size.num_layers * len(norms) + 1
+def fuzziness_bytes(size: ModelSize, norms: Sequence[str]) -> int:
+    """Device memory of the separation-fuzziness statistics: per layer and norm (the last
+    layer once) a float64 co-moment of the hidden size."""
     width = size.hidden_size
-    return matrices * (width * width + width + classes * (width + 1)) * 8
+    return (size.num_layers * len(norms) + 1) * (width * width + width) * 8
+
+
+def class_sums_bytes(size: ModelSize, norms: Sequence[str], classes: int) -> int:
+    """Host memory of the separation fuzziness's class sums and counts (float64 and
+    int64, on the CPU): ``classes`` × (hidden size + 1) per layer and norm (the last
+    layer once)."""
+    return (size.num_layers * len(norms) + 1) * classes * (size.hidden_size + 1) * 8
 
 
 def hidden_states_bytes(size: ModelSize, n_tokens: int, storage_bytes: int) -> int:

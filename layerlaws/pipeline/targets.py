@@ -19,11 +19,38 @@ from layerlaws.text.corpus import prompt_datasets
 
 EQUILEARNING_FIGURES = ("law", "norms", "fuzziness", "token_views")
 SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
-COUPLING_FIGURES = ("depth", "tokens", "adjacency", "singular_values")
+OWN_CORPUS_FIGURES = ("rcos_by_dataset", "per_token_by_dataset", "pooled_deciles")
+"""Figures of a ``signatures.own_corpus`` group (Yao & Xu Fig. 5B, 5C, 5E)."""
+COUPLING_FIGURES = (
+    "depth",
+    "tokens",
+    "adjacency",
+    "singular_values",
+    "depth_grid",
+    "token_grid",
+    "adjacency_graph",
+)
 TRAJECTORY_FIGURES = ("shape", "pca", "layers")
-SYNTHETIC_FIGURES = ("dynamics", "embeddings", "signatures", "unembedding")
-SERIES_FIGURES = ("quantities", "generalisation")
-SYNTHETIC_DATA_KEYS = ("anchors", "keys", "n_samples", "test_fraction", "data_seed")
+SYNTHETIC_FIGURES = (
+    "dynamics",
+    "embeddings",
+    "signatures",
+    "unembedding",
+    "distinct_signatures",
+    "signature_profiles",
+    "unembedding_pca",
+    "embedding_pca",
+    "ffn_unembedding_pca",
+)
+SERIES_FIGURES = ("quantities", "generalisation", "fits")
+SYNTHETIC_DATA_KEYS = (
+    "anchors",
+    "keys",
+    "n_samples",
+    "test_fraction",
+    "data_seed",
+    "signature_inputs",
+)
 SYNTHETIC_TRAINING_KEYS = (
     "anchors",
     "keys",
@@ -35,7 +62,9 @@ SYNTHETIC_TRAINING_KEYS = (
     "epochs",
     "records",
     "seeds",
+    "snapshot_epoch",
 )
+SYNTHETIC_PLOT_KEYS = ("shown_labels",)
 PREPARATION_EXCLUDED = ("dtype", "gpus", "size", "scores")
 """Model settings that do not change a prepared model: the forward passes' precision
 (applied by later stages), what only plans jobs, external scores."""
@@ -50,14 +79,23 @@ def plot_options(config: Mapping[str, Any], stage: str | None = None) -> dict[st
     return common | copy.deepcopy(plots.get(stage, {}))
 
 
+def _synthetic_keys(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    return {key: copy.deepcopy(config["synthetic"][key]) for key in keys}
+
+
 def synthetic_data_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """What an addition task's data depend on (its kind is the wildcard)."""
-    return {key: copy.deepcopy(config["synthetic"][key]) for key in SYNTHETIC_DATA_KEYS}
+    return _synthetic_keys(config, SYNTHETIC_DATA_KEYS)
 
 
 def synthetic_training_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """What a trained addition model depends on besides its data."""
-    return {key: copy.deepcopy(config["synthetic"][key]) for key in SYNTHETIC_TRAINING_KEYS}
+    return _synthetic_keys(config, SYNTHETIC_TRAINING_KEYS)
+
+
+def synthetic_plot_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What the synthetic figures show beyond the stage's results."""
+    return _synthetic_keys(config, SYNTHETIC_PLOT_KEYS)
 
 
 def series_norm(config: Mapping[str, Any]) -> str:
@@ -121,6 +159,10 @@ class Targets:
                 f"{folder}/rcos_by_corpus.{self.plot_format}",
                 f"{folder}/per_token_by_corpus.{self.plot_format}",
             ]
+        for name in self.expanded.own_corpus:
+            folder = self.layout.own_corpus(name)
+            outputs += [f"{folder}/rcos_by_dataset.csv", f"{folder}/pooled_deciles.csv"]
+            outputs += [f"{folder}/{figure}.{self.plot_format}" for figure in OWN_CORPUS_FIGURES]
         return outputs
 
     def coupling_outputs(self) -> list[str]:
@@ -202,6 +244,14 @@ class Targets:
         return [
             f"{self.layout.signatures(model, corpus)}/{name}"
             for corpus in self.expanded.signature_corpora(model)
+        ]
+
+    def own_corpus_files(self, name: str, file: str) -> list[str]:
+        """File ``file`` of each signature run of the ``signatures.own_corpus`` group
+        ``name`` (each model on its own training dataset), in order."""
+        return [
+            f"{self.layout.signatures(model, corpus)}/{file}"
+            for model, corpus in self.expanded.own_corpus[name]
         ]
 
     def prompt_sentences(self, prompts: str) -> list[str]:

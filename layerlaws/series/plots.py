@@ -1,6 +1,7 @@
 """Figures of a series and of a training run: each quantity against x (emergence with
 training, scaling with size), generalisation against coupling with its fitted line (Aubry
-et al., Fig. 1a)."""
+et al., Fig. 1a), and the scores' exponential fit against coupling (Fig. 8) and linear fits
+against size, depth and width (§5.4)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.figures import plt, save_figure
-from layerlaws.series.summary import PAPER_METRIC, coupling_column_parts
+from layerlaws.series.summary import (
+    HYPERPARAMETERS,
+    PAPER_METRIC,
+    TWIN_SUFFIXES,
+    coupling_column_parts,
+    fit_points,
+)
 
 QUANTITY_LABELS = {
     "rho": "decay ratio ρ",
@@ -23,8 +30,11 @@ QUANTITY_LABELS = {
     "overall_decay": "PR_L / PR_1",
     "loss": "held-out loss (nats)",
     "accuracy": "top-1 accuracy",
+    "lss_mean": "mean line-shape score",
     "lss_median": "median line-shape score",
+    "expodistance_mean": "mean expodistance",
     "expodistance_median": "median expodistance",
+    "equidistance_cv_mean": "mean CV of step lengths",
     "equidistance_cv_median": "median CV of step lengths",
     "rcos_we_next": "R_cos(W_E, φ_next)",
     "rcos_wu_pre": "R_cos(W_U, φ_pre)",
@@ -37,12 +47,19 @@ X_LABELS = {
     "parameters": "parameters",
     "label": "",
 }
+PREDICTOR_LABELS = {
+    "log10_parameters": "log10 parameters",
+    "num_layers": "depth (layers)",
+    "hidden_size": "width (hidden size)",
+}
+"""Axis labels of the hyper-parameter predictors of ``fits.csv``."""
+RANDOM_SUFFIX = TWIN_SUFFIXES["random"]
 
 
 def _label(column: str) -> str:
     if column.startswith("miscoupling_"):
         kind, k, metric = coupling_column_parts(column)
-        name = {"all": "mean mis-coupling m", "offdiagonal": "off-diagonal m̃"}[kind]
+        name = {"all": "mean m̃, all pairs", "offdiagonal": "mean m̃, off-diagonal"}[kind]
         return f"{name}, K={k}" + ("" if metric == PAPER_METRIC else f" ({metric})")
     return QUANTITY_LABELS.get(column, column)
 
@@ -111,12 +128,82 @@ def plot_quantities(
                 else rows["x"].to_list()
             )
             axis.plot(positions, rows[column].to_list(), "o-", markersize=3, label=dataset)
+        if column + RANDOM_SUFFIX in summary.columns:
+            twin = summary.unique("model", keep="first", maintain_order=True)
+            positions = range(len(models)) if x_kind == "label" else xs
+            axis.plot(positions, twin[column + RANDOM_SUFFIX].to_list(), "--", color="grey")
+            axis.plot([], [], "--", color="grey", label="random twin")
         _x_axis(axis, x_kind, xs)
         axis.set_title(_label(column), fontsize=9)
-        if per_dataset and len(datasets) > 1:
+        if (per_dataset and len(datasets) > 1) or column + RANDOM_SUFFIX in summary.columns:
             axis.legend(fontsize=6)
     for axis in list(axes.flat)[len(columns) :]:
         axis.set_visible(False)
+    figure.suptitle(title, fontsize=10)
+    save_figure(figure, path, options)
+
+
+def _predictor_label(fit: Mapping[str, Any]) -> str:
+    if fit["k"] is None:
+        return PREDICTOR_LABELS[fit["predictor"]]
+    metric = "" if fit["metric"] == PAPER_METRIC else f", {fit['metric']}"
+    return f"coupling −m̃ (K={fit['k']}{metric})"
+
+
+def _draw_fit(axis: Any, summary: pl.DataFrame, fit: Mapping[str, Any]) -> None:
+    """One fit of ``fits.csv``: its models (hollow: left out of the fits), its line or
+    exponential curve, R² (and p for a line)."""
+    args = (summary, fit["predictor"], fit["generalisation"], fit["dataset"])
+    points, left_out = fit_points(*args), fit_points(*args, in_fits=False)
+    axis.plot(points["x"], points["y"], "o", markersize=4, color="C0")
+    if not left_out.is_empty():
+        axis.plot(
+            left_out["x"],
+            left_out["y"],
+            "o",
+            markersize=4,
+            mfc="none",
+            color="C0",
+            label="left out",
+        )
+    line = np.linspace(points["x"].min(), points["x"].max(), 50)
+    if fit["form"] == "linear":
+        curve = fit["intercept"] + fit["slope"] * line
+        label = f"R² = {fit['r2']:.2f}, p = {fit['p_value']:.2g}"
+    else:
+        curve = fit["amplitude"] * np.exp(fit["rate"] * line)
+        label = f"{fit['amplitude']:.3g}·exp({fit['rate']:.3g} x), R² = {fit['r2']:.2f}"
+    axis.plot(line, curve, "-", color="C1", label=label)
+    axis.set_xlabel(_predictor_label(fit))
+    measure = fit["generalisation"]
+    axis.set_ylabel(measure + ("" if fit["dataset"] is None else f" ({fit['dataset']})"))
+    axis.legend(fontsize=7)
+
+
+def _plot_fits(
+    summary: pl.DataFrame,
+    fits: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """A panel per fit (``_draw_fit``); a note when there is none."""
+    figure, axes = _panels(len(fits), min(3, max(1, len(fits))), 2.8, options)
+    if fits.is_empty():
+        axes[0, 0].text(
+            0.5,
+            0.5,
+            "nothing to fit: a generalisation measure (and coupling)\n"
+            "is needed for at least three models",
+            ha="center",
+            va="center",
+        )
+        axes[0, 0].set_axis_off()
+    for axis, fit in zip(axes.flat, fits.iter_rows(named=True), strict=False):
+        _draw_fit(axis, summary, fit)
+    for axis in list(axes.flat)[len(fits) :]:
+        axis.set_visible(len(fits) == 0 and axis is axes[0, 0])
     figure.suptitle(title, fontsize=10)
     save_figure(figure, path, options)
 
@@ -129,45 +216,26 @@ def plot_generalisation(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Generalisation (held-out loss, external scores) against coupling (−m by the paper's
+    """Generalisation (held-out loss, external scores) against coupling (−m̃ by the paper's
     metric; ``fits.csv`` has the other metrics' fits too), with the least-squares line, R²
-    and p-value of each fit; a note when nothing can be fitted."""
-    if "metric" in fits.columns:
-        fits = fits.filter(pl.col("metric") == PAPER_METRIC)
-    figure, axes = _panels(len(fits), min(3, max(1, len(fits))), 2.8, options)
-    if fits.is_empty():
-        axes[0, 0].text(
-            0.5,
-            0.5,
-            "nothing to fit: coupling and a generalisation measure\n"
-            "are needed for at least three models",
-            ha="center",
-            va="center",
-        )
-        axes[0, 0].set_axis_off()
-    for axis, fit in zip(axes.flat, fits.iter_rows(named=True), strict=False):
-        column = fit["coupling"].replace("coupling", "miscoupling_all")
-        rows = (
-            summary
-            if fit["dataset"] is None
-            else summary.filter(pl.col("dataset") == fit["dataset"])
-        )
-        rows = rows.unique("model", keep="first", maintain_order=True)
-        xs = -rows[column].to_numpy()
-        ys = rows[fit["generalisation"]].to_numpy()
-        axis.plot(xs, ys, "o", markersize=4)
-        line = np.linspace(xs.min(), xs.max(), 2)
-        axis.plot(
-            line,
-            fit["intercept"] + fit["slope"] * line,
-            "-",
-            label=f"R² = {fit['r2']:.2f}, p = {fit['p_value']:.2g}",
-        )
-        axis.set_xlabel(f"coupling −m (K={fit['k']})")
-        measure = fit["generalisation"]
-        axis.set_ylabel(measure + ("" if fit["dataset"] is None else f" ({fit['dataset']})"))
-        axis.legend(fontsize=7)
-    for axis in list(axes.flat)[len(fits) :]:
-        axis.set_visible(len(fits) == 0 and axis is axes[0, 0])
-    figure.suptitle(title, fontsize=10)
-    save_figure(figure, path, options)
+    and p-value of each fit (Aubry et al., Fig. 1a)."""
+    linear = fits.filter((pl.col("form") == "linear") & (pl.col("metric") == PAPER_METRIC))
+    _plot_fits(summary, linear, path=path, title=title, options=options)
+
+
+def plot_score_fits(
+    summary: pl.DataFrame,
+    fits: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """Each score against coupling (−m̃ by the paper's metric) with its exponential fit
+    (Aubry et al., Fig. 8), then against log10 parameters, depth and width with the
+    least-squares line (§5.4: coupling correlates with the score more than these)."""
+    exponential = fits.filter(
+        (pl.col("form") == "exponential") & (pl.col("metric") == PAPER_METRIC)
+    )
+    sizes = fits.filter(pl.col("predictor").is_in(list(HYPERPARAMETERS)))
+    _plot_fits(summary, pl.concat([exponential, sizes]), path=path, title=title, options=options)

@@ -1,21 +1,25 @@
 """One table per series (``results/series/{series}/summary.csv``): every member × probing
 dataset with its x, and the quantities the three papers compare across models; and the
-least-squares fits of generalisation against coupling (Aubry et al., Fig. 1a).
+least-squares fits of generalisation against coupling (Aubry et al., Fig. 1a), its
+exponential fit (Fig. 8) and the fits of the scores against the models' size (§5.4).
 
 Columns (absent stages leave theirs out):
 - ``model``, ``x``, ``dataset`` (null when the series has no probing datasets),
-  ``parameters``, ``num_layers``, ``hidden_size``, and for training checkpoints ``step`` and
-  ``tokens_seen``;
+  ``in_fits`` (false for a member listed in the series' ``exclude_from_fits``),
+  ``parameters``, ``num_layers``, ``hidden_size``, and for training checkpoints ``step``
+  and ``tokens_seen``;
 - the law for the next token (offset +1) under norm ``norm`` without control: ``rho``,
   ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``;
 - held-out ``loss`` (nats), ``perplexity``, ``accuracy``;
 - coupling of the trained weights, per K: ``miscoupling_all_k{K}``, the paper's aggregate
-  (§5.4: m̃ of the last token's Jacobians averaged over all layer pairs l, l′, diagonal
-  included, and over prompts) and ``miscoupling_offdiagonal_k{K}`` (pairs l ≠ l′ only);
-  the same of every other chosen coupling metric (``coupling.metrics``) with the metric as
-  a suffix, ``miscoupling_all_k{K}_{metric}``, ``miscoupling_offdiagonal_k{K}_{metric}``;
-- ``lss_median``, ``expodistance_median``, ``equidistance_cv_median`` of the trained
-  weights' token trajectories;
+  (§5.4: m̃ of Eq. 14 of the last token's Jacobians averaged over all layer pairs l, l′,
+  diagonal included, and over prompts) and ``miscoupling_offdiagonal_k{K}`` (pairs l ≠ l′
+  only); the same of every other chosen coupling metric (``coupling.metrics``) with the
+  metric as a suffix, ``miscoupling_all_k{K}_{metric}``,
+  ``miscoupling_offdiagonal_k{K}_{metric}`` (``_unnormalised``: m of Eq. 13);
+- ``{lss,expodistance,equidistance_cv}_{mean,median}`` over the trained weights' token
+  trajectories, and the same of the random twin's with the suffix ``_random`` (for a
+  checkpoint, its step-0 weights);
 - ``rcos_we_next`` = R_cos(W_E, φ_next), ``rcos_wu_pre`` = R_cos(W_U, φ_pre);
 - ``score_<name>`` for every external score of the model.
 """
@@ -30,8 +34,9 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy import stats
+from scipy import optimize, stats
 
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.law import NEXT_TOKEN
 
 LAW_COLUMNS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
@@ -90,15 +95,25 @@ def coupling_columns(path: str) -> dict[str, float]:
     return columns
 
 
+TRAJECTORY_MEASURES = ("lss", "expodistance", "equidistance_cv")
+"""Per-token trajectory measures of ``trajectories/tokens.csv`` (Aubry et al. §3.2–3.3)."""
+TWIN_SUFFIXES = {"trained": "", "random": "_random"}
+"""Column suffix of each ``weights`` of the trajectory table."""
+
+
 def trajectory_columns(path: str) -> dict[str, float]:
-    tokens = pl.read_csv(path, schema_overrides={"prompt": pl.String}).filter(
-        pl.col("weights") == "trained"
-    )
-    return {
-        "lss_median": float(tokens["lss"].median()),
-        "expodistance_median": float(tokens["expodistance"].median()),
-        "equidistance_cv_median": float(tokens["equidistance_cv"].median()),
-    }
+    """Mean and median over all tokens of each trajectory measure (Aubry et al. §5.3 quote
+    the mean LSS: 4.25 trained, 6.54 at initialisation), for the trained weights
+    (``lss_mean``, ``lss_median``, …) and their random twin (``lss_mean_random``, …)."""
+    tokens = pl.read_csv(path, schema_overrides={"prompt": pl.String})
+    columns = {}
+    for weights, suffix in TWIN_SUFFIXES.items():
+        rows = tokens.filter(pl.col("weights") == weights)
+        for measure in TRAJECTORY_MEASURES:
+            values = rows[measure].cast(pl.Float64)
+            columns[f"{measure}_mean{suffix}"] = float(values.mean())
+            columns[f"{measure}_median{suffix}"] = float(values.median())
+    return columns
 
 
 def signature_columns(path: str) -> dict[str, float]:
@@ -125,11 +140,36 @@ def model_columns(facts_path: str) -> dict[str, Any]:
     return columns
 
 
-def series_summary(members: Sequence[Mapping[str, Any]], x_kind: str, norm: str) -> pl.DataFrame:
+def excluded_members(models: Sequence[str], exclude_from_fits: Sequence[str]) -> set[str]:
+    """The members left out of the fits: those named in ``exclude_from_fits`` by their own
+    key (``pythia@step0``) or by the key they were expanded from (``pythia``: all its
+    revisions or checkpoints). A name that matches no member is an error."""
+    excluded = {
+        model for model in models if {model, model.partition("@")[0]} & set(exclude_from_fits)
+    }
+    unknown = set(exclude_from_fits) - {
+        name for model in excluded for name in (model, model.partition("@")[0])
+    }
+    if unknown:
+        raise LayerlawsError(
+            f"series exclude_from_fits names {sorted(unknown)}, which are not members of the "
+            f"series; its members: {list(models)}"
+        )
+    return excluded
+
+
+def series_summary(
+    members: Sequence[Mapping[str, Any]],
+    x_kind: str,
+    norm: str,
+    exclude_from_fits: Sequence[str] = (),
+) -> pl.DataFrame:
     """The summary of a series from its members' outputs. Each member is a mapping:
     ``model``, ``x`` (None for ``parameters``: read from the facts), ``facts`` (path of
     ``layerlaws_model.json``), ``scores``, ``law`` and ``evaluation`` ({dataset: path}),
-    and ``depth``, ``trajectories``, ``rcos`` (a path or None)."""
+    and ``depth``, ``trajectories``, ``rcos`` (a path or None). Members named in
+    ``exclude_from_fits`` (see ``excluded_members``) have ``in_fits`` false."""
+    excluded = excluded_members([member["model"] for member in members], exclude_from_fits)
     rows = []
     for member in members:
         facts = model_columns(member["facts"])
@@ -144,7 +184,12 @@ def series_summary(members: Sequence[Mapping[str, Any]], x_kind: str, norm: str)
             if member[name] is not None:
                 measured |= reader(member[name])
         for dataset in list(member["law"]) or [None]:
-            row = {"model": member["model"], "x": x, "dataset": dataset} | facts
+            row = {
+                "model": member["model"],
+                "x": x,
+                "dataset": dataset,
+                "in_fits": member["model"] not in excluded,
+            } | facts
             if dataset is not None:
                 row |= law_columns(member["law"][dataset], norm)
                 row |= evaluation_columns(member["evaluation"][dataset])
@@ -176,49 +221,160 @@ def linear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
     }
 
 
-def coupling_fits(summary: pl.DataFrame) -> pl.DataFrame:
-    """Generalisation against coupling, as Aubry et al.'s Fig. 1a: for every metric and K,
-    coupling (= −``miscoupling_all_k{K}[_{metric}]``) as x, and as y each external score (one
-    point per model) and the held-out loss on each dataset. Needs three models with both
-    numbers. Rows: ``coupling`` (the x's name, ``coupling_k{K}[_{metric}]``), ``k``,
-    ``metric``, ``generalisation``, ``dataset``, and the fit."""
-    couplings = [c for c in summary.columns if c.startswith("miscoupling_all_k")]
-    measures = [(c, None) for c in summary.columns if c.startswith("score_")]
+CURVE_FIT_TOLERANCE = 1e-12
+"""Relative tolerance of the exponential fit's parameters and sum of squares (SciPy's
+default 1e-8 stops early where R² is low and the sum of squares is flat)."""
+START_RATES = np.linspace(-10.0, 10.0, 401)
+"""Rates B per standard deviation of x among which the exponential fit's start is the
+best (a grid, so the start is deterministic and near the global least squares)."""
+
+
+def _exponential(x: np.ndarray, amplitude: float, rate: float) -> np.ndarray:
+    return amplitude * np.exp(rate * x)
+
+
+def _exponential_start(u: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(A, B) of the least-squares y = A · exp(B · u) with B on ``START_RATES``: for each
+    B the best A is Σ y e^{Bu} / Σ e^{2Bu}."""
+    basis = np.exp(np.outer(START_RATES, u))
+    amplitudes = basis @ y / np.einsum("ij,ij->i", basis, basis)
+    losses = ((y - amplitudes[:, None] * basis) ** 2).sum(axis=1)
+    best = int(np.argmin(losses))
+    return float(amplitudes[best]), float(START_RATES[best])
+
+
+def exponential_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float] | None:
+    """Least squares y = amplitude · exp(rate · x) (Aubry et al., Fig. 8: the score against
+    coupling; two parameters, no offset) by ``scipy.optimize.curve_fit`` on the
+    standardised u = (x − mean x) / std x, y = A · exp(B · u), which stays well
+    conditioned however close the x, started from the best (A, B) of a grid of B
+    (``_exponential_start``: deterministic, no random start, and clear of the local minima
+    a start from the line of ln y can fall into); then rate = B / std x and amplitude =
+    A · exp(−rate · mean x) (infinite if that overflows). Amplitude, rate, R² = 1 −
+    Σ(y − ŷ)² / Σ(y − ȳ)² on y's own scale (0 for a constant y, as ``linear_fit``), n.
+    None when y changes sign or is zero: no exponential passes through it (its least
+    squares runs off to an infinite rate). Float64."""
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if not (np.all(ys > 0) or np.all(ys < 0)):
+        return None
+    centre, scale = xs.mean(), xs.std()
+    us = (xs - centre) / scale
+    (level, growth), _ = optimize.curve_fit(
+        _exponential,
+        us,
+        ys,
+        p0=_exponential_start(us, ys),
+        xtol=CURVE_FIT_TOLERANCE,
+        ftol=CURVE_FIT_TOLERANCE,
+    )
+    residual = ys - _exponential(us, level, growth)
+    total = ys - ys.mean()
+    sum_total = float(total @ total)
+    rate = growth / scale
+    return {
+        "amplitude": float(level * np.exp(-rate * centre)),
+        "rate": float(rate),
+        "r2": 1.0 - float(residual @ residual) / sum_total if sum_total > 0 else 0.0,
+        "n": len(xs),
+    }
+
+
+HYPERPARAMETERS = {
+    "log10_parameters": pl.col("parameters").cast(pl.Float64).log10(),
+    "num_layers": pl.col("num_layers"),
+    "hidden_size": pl.col("hidden_size"),
+}
+"""The hyper-parameters each score is fitted against (Aubry et al. §5.4: coupling
+correlates with the score more than parameter budget, depth and embedding dimension)."""
+FITS_SCHEMA = {
+    "predictor": pl.String,
+    "k": pl.Int64,
+    "metric": pl.String,
+    "form": pl.String,
+    "generalisation": pl.String,
+    "dataset": pl.String,
+    "slope": pl.Float64,
+    "intercept": pl.Float64,
+    "amplitude": pl.Float64,
+    "rate": pl.Float64,
+    "r2": pl.Float64,
+    "p_value": pl.Float64,
+    "n": pl.Int64,
+}
+"""Columns of ``fits.csv``; a linear fit leaves ``amplitude`` and ``rate`` null, an
+exponential one ``slope``, ``intercept`` and ``p_value``, a hyper-parameter's ``k`` and
+``metric``."""
+
+
+def predictor_expression(predictor: str) -> pl.Expr:
+    """The summary expression of a fit's predictor: coupling = −``miscoupling_all_k{K}…``
+    for ``coupling_k{K}…``, else the hyper-parameter's."""
+    if predictor.startswith("coupling_"):
+        return -pl.col(predictor.replace("coupling", "miscoupling_all", 1))
+    return HYPERPARAMETERS[predictor]
+
+
+def fit_points(
+    summary: pl.DataFrame, predictor: str, measure: str, dataset: str | None, in_fits: bool = True
+) -> pl.DataFrame:
+    """(x, y) of the members with both numbers, one per model (of ``dataset``'s rows when
+    given): those with ``in_fits`` (or, with ``in_fits=False``, those left out)."""
+    rows = summary if dataset is None else summary.filter(pl.col("dataset") == dataset)
+    return (
+        rows.filter(pl.col("in_fits") == in_fits)
+        .unique("model", keep="first", maintain_order=True)
+        .select(predictor_expression(predictor).alias("x"), pl.col(measure).alias("y"))
+        .drop_nulls()
+    )
+
+
+def _fit_rows(
+    summary: pl.DataFrame,
+    predictor: str,
+    measures: Sequence[tuple[str, str | None]],
+    form: str,
+    labels: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """The fits of ``form`` (``linear``, ``exponential``) of each measure against the
+    predictor that have three models with both numbers and two distinct x."""
+    rows = []
+    for measure, dataset in measures:
+        points = fit_points(summary, predictor, measure, dataset)
+        if len(points) < 3 or points["x"].n_unique() < 2:
+            continue
+        xs, ys = points["x"].to_numpy(), points["y"].to_numpy()
+        fit = linear_fit(xs, ys) if form == "linear" else exponential_fit(xs, ys)
+        if fit is not None:
+            rows.append(
+                {"predictor": predictor, "form": form, "generalisation": measure}
+                | {"dataset": dataset}
+                | labels
+                | fit
+            )
+    return rows
+
+
+def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
+    """The series' fits over its members with ``in_fits`` (columns ``FITS_SCHEMA``):
+    - generalisation against coupling (Aubry et al., Fig. 1a), for every metric and K:
+      coupling = −``miscoupling_all_k{K}[_{metric}]`` as x (predictor
+      ``coupling_k{K}[_{metric}]``), as y each external score (one point per model) and
+      the held-out loss on each dataset, by least squares (``linear``); and each score by
+      ``exponential_fit`` (``exponential``, Fig. 8);
+    - each score against ``log10_parameters``, ``num_layers`` and ``hidden_size``
+      (``linear``, §5.4).
+    A fit needs three models with both numbers and two distinct x."""
+    scores = [(c, None) for c in summary.columns if c.startswith("score_")]
+    measures = list(scores)
     if "loss" in summary.columns:
         measures += [("loss", d) for d in summary["dataset"].unique(maintain_order=True)]
     rows = []
-    for coupling in couplings:
-        _, k, metric = coupling_column_parts(coupling)
-        for measure, dataset in measures:
-            points = summary if dataset is None else summary.filter(pl.col("dataset") == dataset)
-            points = (
-                points.unique("model", keep="first", maintain_order=True)
-                .select(coupling, measure)
-                .drop_nulls()
-            )
-            if len(points) < 3 or points[coupling].n_unique() < 2:
-                continue
-            fit = linear_fit(-points[coupling].to_numpy(), points[measure].to_numpy())
-            rows.append(
-                {
-                    "coupling": coupling.replace("miscoupling_all", "coupling"),
-                    "k": k,
-                    "metric": metric,
-                    "generalisation": measure,
-                    "dataset": dataset,
-                }
-                | fit
-            )
-    schema = {
-        "coupling": pl.String,
-        "k": pl.Int64,
-        "metric": pl.String,
-        "generalisation": pl.String,
-        "dataset": pl.String,
-        "slope": pl.Float64,
-        "intercept": pl.Float64,
-        "r2": pl.Float64,
-        "p_value": pl.Float64,
-        "n": pl.Int64,
-    }
-    return pl.DataFrame(rows, schema=schema)
+    for column in [c for c in summary.columns if c.startswith("miscoupling_all_k")]:
+        _, k, metric = coupling_column_parts(column)
+        predictor = column.replace("miscoupling_all", "coupling")
+        labels = {"k": k, "metric": metric}
+        rows += _fit_rows(summary, predictor, measures, "linear", labels)
+        rows += _fit_rows(summary, predictor, scores, "exponential", labels)
+    for predictor in HYPERPARAMETERS:
+        rows += _fit_rows(summary, predictor, scores, "linear", {})
+    return pl.DataFrame(rows, schema=FITS_SCHEMA)

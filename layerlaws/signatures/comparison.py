@@ -122,6 +122,31 @@ def by_corpus(tables: Sequence[pl.DataFrame], corpora: Sequence[str]) -> pl.Data
     )
 
 
+def by_run(tables: Sequence[pl.DataFrame], runs: Sequence[Sequence[str]]) -> pl.DataFrame:
+    """One table of several (model, corpus) runs' tables (same columns), first columns
+    ``model`` and ``corpus``: each model of a ``signatures.own_corpus`` group on its own
+    training corpus (Yao & Xu Fig. 5B)."""
+    return pl.concat(
+        [
+            table.select(pl.lit(model).alias("model"), pl.lit(corpus).alias("corpus"), pl.all())
+            for table, (model, corpus) in zip(tables, runs, strict=True)
+        ]
+    )
+
+
+def pooled_deciles(deciles: pl.DataFrame) -> pl.DataFrame:
+    """The decile profile of several corpora pooled (Yao & Xu, Appendix C.1, Fig. 5E):
+    each corpus's similarity pairs ranked within that corpus, then the pairs of every corpus
+    taken together, so a decile's mean signature percentile is the pair-weighted mean of
+    the corpora's, Σ n_pairs·mean / Σ n_pairs. ``deciles``: the stacked percentile tables
+    (matrix, signature, decile, mean, n_pairs, …); result columns matrix, signature,
+    decile, mean, n_pairs."""
+    weighted = (pl.col("mean") * pl.col("n_pairs")).sum() / pl.col("n_pairs").sum()
+    return deciles.group_by("matrix", "signature", "decile", maintain_order=True).agg(
+        weighted.alias("mean"), pl.col("n_pairs").sum()
+    )
+
+
 def percentiles(values: np.ndarray) -> np.ndarray:
     """Percentile (0–100) of each value among all of them, ties sharing their mean rank."""
     return ((stats.rankdata(values) - 0.5) * (100.0 / len(values))).astype(np.float32)

@@ -100,7 +100,8 @@ def plot_deciles(
     options: Mapping[str, Any],
 ) -> None:
     """Signature-similarity percentile in each decile of the embedding-similarity percentile,
-    mean with interquartile band (Fig. 5D/E)."""
+    mean with interquartile band where ``deciles`` has quartiles (Fig. 5D/E; pooled over
+    corpora, the mean alone: Fig. 5E)."""
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     for (matrix, signature), block in deciles.sort("decile").group_by(
         ["matrix", "signature"], maintain_order=True
@@ -108,9 +109,10 @@ def plot_deciles(
         line = axis.plot(
             block["decile"], block["mean"], "o-", markersize=3, label=f"{matrix} vs φ_{signature}"
         )
-        axis.fill_between(
-            block["decile"], block["q25"], block["q75"], alpha=0.15, color=line[0].get_color()
-        )
+        if "q25" in block.columns:
+            axis.fill_between(
+                block["decile"], block["q25"], block["q75"], alpha=0.15, color=line[0].get_color()
+            )
     axis.axhline(50, color="0.6", linewidth=0.8, linestyle=":")
     axis.set_xlabel("decile of embedding-similarity percentile")
     axis.set_ylabel("signature-similarity percentile")

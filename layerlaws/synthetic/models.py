@@ -8,8 +8,9 @@ initialisation), cross-entropy on the label, AdamW, mini-batches. The seeds' mod
 independent: their weights are stacked (seeds, vocab, d) and trained together, each with
 its own initialisation and its own data order (a permutation per epoch seeded by (seed,
 epoch)); AdamW acts element by element, so this is exactly one optimizer per seed.
-At log-spaced epochs each seed's training and test accuracy, cos(W_E) over the anchors,
-R_order and the weights of the anchors and labels are recorded. Float32 on the CPU,
+At log-spaced epochs and at the snapshot epoch (the paper's PCA figures show epoch 120)
+each seed's training and test accuracy (NaN without test inputs), R_order of cos(W_E)
+over the anchors and the weights of the anchors and labels are recorded. Float32 on the CPU,
 deterministic for a seed.
 """
 
@@ -69,9 +70,12 @@ def accuracy(
     inputs: np.ndarray,
     labels: np.ndarray,
 ) -> np.ndarray:
-    """Share of ``inputs`` (n, 3) whose largest logit is the label, per seed (seeds,).
-    Each distinct input is evaluated once and weighted by how often it occurs (the training
-    set draws 50,000 inputs from a few thousand)."""
+    """Share of ``inputs`` (n, 3) whose largest logit is the label, per seed (seeds,); NaN
+    when there are no inputs (no test set). Each distinct input is evaluated once and
+    weighted by how often it occurs (the training set draws 50,000 inputs from a few
+    thousand)."""
+    if len(inputs) == 0:
+        return np.full(embedding.shape[0], np.nan)
     distinct, index, weight = np.unique(inputs, axis=0, return_inverse=True, return_counts=True)
     distinct_labels = np.zeros(len(distinct), dtype=np.int64)
     distinct_labels[index.ravel()] = labels
@@ -92,6 +96,8 @@ class TrainingRecord:
     label_unembeddings: list[np.ndarray] = field(default_factory=list)
     """(seeds, labels, d) per recorded epoch, the label domain in order."""
     epochs: list[int] = field(default_factory=list)
+    snapshot_epoch: int = 0
+    """The recorded epoch whose weights the PCA figures show."""
 
 
 def train_addition(
@@ -113,9 +119,15 @@ def train_addition(
     )
     counts = bag_of_tokens(data.train_inputs, task.vocab_size)
     labels = torch.from_numpy(data.train_labels)
-    recorded = set(checkpoint_steps(settings.records, settings.epochs))
+    recorded = {*checkpoint_steps(settings.records, settings.epochs), settings.snapshot}
+    if settings.snapshot < settings.snapshot_epoch:
+        log.warning(
+            "synthetic: snapshot_epoch %d lies beyond the last epoch; the snapshot is epoch %d",
+            settings.snapshot_epoch,
+            settings.snapshot,
+        )
     anchors = list(task.anchors)
-    record = TrainingRecord()
+    record = TrainingRecord(snapshot_epoch=settings.snapshot)
 
     def observe(epoch: int) -> None:
         with torch.no_grad():

@@ -11,12 +11,15 @@ The paper sets A = {11…20}, Y = Z = {101…140}. Tokens and labels share one v
 
 The distinct inputs (anchor pair × key) are split, seeded, into training and test inputs;
 the training set draws ``n_samples`` inputs uniformly with replacement from the training
-inputs (the paper's data sets hold 50,000 pairs; it reports training accuracy only, so the
-held-out split is ours). Signatures are counted from the training set:
+inputs (the paper's data sets hold 50,000 pairs drawn from the whole task, so it reports
+training accuracy only: a ``test_fraction`` of 0 keeps every input for training and leaves
+the test set empty; a held-out split is ours). Signatures are counted from the training set
+as Yao & Xu's §4 (Eq. 4) defines them, x′ over the tokens ``counted`` (``all``: every token
+of the vocabulary, the anchors and α itself included, as Eq. 4 writes it; ``keys``: the
+keys only, x′ ∉ A, Appendix B.1's P(z ∈ X | α ∈ X)):
 - φ^y_α[ν] = P(y = ν | α ∈ X);
-- φ^X_α[x′] = P(x′ ∈ X | α ∈ X) over the keys x′ ∉ A (Appendix B.1's P(z ∈ X | α ∈ X));
-- φ^{X|y}_α[ν, x′] = P(x′ ∈ X | α ∈ X, y = ν) over the keys, flattened (0 where α never
-  meets label ν);
+- φ^X_α[x′] = P(x′ ∈ X | α ∈ X);
+- φ^{X|y}_α[ν, x′] = P(x′ ∈ X | α ∈ X, y = ν), flattened (0 where α never meets label ν);
 - φ^X_ν[x] = P(x ∈ X | y = ν) over every token (the unembedding's signature, Fig. 4B).
 """
 
@@ -31,6 +34,8 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.geometry import cosine_matrix, off_diagonal, r_cos
 
 TASKS = ("add", "add_same_range", "mod")
+SIGNATURE_INPUTS = ("all", "keys")
+"""The tokens x′ of φ^X_α and φ^{X|y}_α: every token (Eq. 4, the default) or the keys."""
 ANCHOR_SIGNATURES = ("label", "context", "context_given_label")
 """The signatures of the anchors (fields of ``Signatures``): φ^y, φ^X, φ^{X|y}."""
 
@@ -95,8 +100,9 @@ class AdditionData:
 
 
 def generate(task: AdditionTask, n_samples: int, test_fraction: float, seed: int) -> AdditionData:
-    """Split the distinct inputs (a ``test_fraction`` of them held out) and draw
-    ``n_samples`` training inputs uniformly from the others, seeded."""
+    """Split the distinct inputs (a ``test_fraction`` of them held out; none for 0, the
+    paper's data: the test arrays are then empty, (0, 3) and (0,)) and draw ``n_samples``
+    training inputs uniformly from the others, seeded."""
     rng = np.random.default_rng(seed)
     inputs = task.inputs()
     order = rng.permutation(len(inputs))
@@ -113,22 +119,39 @@ class Signatures:
     label: np.ndarray
     """φ^y_α: (|A|, vocab)."""
     context: np.ndarray
-    """φ^X_α: (|A|, vocab), keys only."""
+    """φ^X_α: (|A|, vocab), 0 at the tokens not counted."""
     context_given_label: np.ndarray
-    """φ^{X|y}_α: (|A|, vocab · vocab), keys only, flattened over (ν, x′)."""
+    """φ^{X|y}_α: (|A|, vocab · vocab), flattened over (ν, x′), 0 at the tokens x′ not
+    counted."""
     label_context: np.ndarray
     """φ^X_ν: (labels, vocab) over the task's label domain, in label order."""
     label_domain: np.ndarray
     """The labels ν of ``label_context`` (sorted)."""
 
 
-def signatures(task: AdditionTask, inputs: np.ndarray, labels: np.ndarray) -> Signatures:
-    """Count the signatures of the training set ``inputs`` (n, 3), ``labels`` (n,)."""
+def counted_tokens(task: AdditionTask, signature_inputs: str) -> np.ndarray:
+    """The tokens x′ of φ^X_α and φ^{X|y}_α as a mask (vocab,): every token for ``all``,
+    every token but the anchors for ``keys`` (``SIGNATURE_INPUTS``)."""
+    if signature_inputs not in SIGNATURE_INPUTS:
+        raise LayerlawsError(
+            f"synthetic.signature_inputs: expected one of {', '.join(SIGNATURE_INPUTS)}; "
+            f"got {signature_inputs!r}"
+        )
+    counted = np.ones(task.vocab_size, dtype=bool)
+    if signature_inputs == "keys":
+        counted[list(task.anchors)] = False
+    return counted
+
+
+def signatures(
+    task: AdditionTask, inputs: np.ndarray, labels: np.ndarray, signature_inputs: str = "all"
+) -> Signatures:
+    """Count the signatures of the training set ``inputs`` (n, 3), ``labels`` (n,), x′ over
+    the tokens of ``signature_inputs`` (``counted_tokens``)."""
     vocab = task.vocab_size
     present = np.zeros((len(inputs), vocab), dtype=bool)
     present[np.arange(len(inputs))[:, None], inputs] = True
-    keys = np.ones(vocab, dtype=bool)
-    keys[list(task.anchors)] = False
+    counted = counted_tokens(task, signature_inputs)
     one_hot_label = np.zeros((len(inputs), vocab))
     one_hot_label[np.arange(len(inputs)), labels] = 1.0
     label_rows, context_rows, joint_rows = [], [], []
@@ -136,12 +159,12 @@ def signatures(task: AdditionTask, inputs: np.ndarray, labels: np.ndarray) -> Si
         with_anchor = present[:, anchor]
         count = with_anchor.sum()
         label_rows.append(one_hot_label[with_anchor].sum(axis=0) / count)
-        context_rows.append(np.where(keys, present[with_anchor].sum(axis=0) / count, 0.0))
+        context_rows.append(np.where(counted, present[with_anchor].sum(axis=0) / count, 0.0))
         joint = np.zeros((vocab, vocab))
         for label in np.unique(labels[with_anchor]):
             rows = with_anchor & (labels == label)
             joint[label] = present[rows].sum(axis=0) / rows.sum()
-        joint[:, ~keys] = 0.0
+        joint[:, ~counted] = 0.0
         joint_rows.append(joint.ravel())
     domain = np.unique(labels)
     label_context = np.array([present[labels == label].mean(axis=0) for label in domain])
@@ -158,18 +181,22 @@ def r_order(cosines: np.ndarray, anchors: Sequence[int]) -> float:
 
 
 def signature_table(task: AdditionTask, found: Signatures) -> list[dict[str, object]]:
-    """Per anchor signature: ``r_order`` of its cosines over the anchors and
-    ``min_cosine``, the smallest between two anchors (1: identical across anchors, so it
-    cannot order them)."""
+    """Per anchor signature: ``r_order`` of its cosines over the anchors, ``min_cosine``,
+    the smallest between two anchors (1: identical across anchors), and ``cosine_spread``,
+    the largest minus the smallest (0: every anchor pair looks alike, so the signature
+    cannot order the anchors, as for φ^X of f_add when the anchors' own tokens are
+    counted)."""
     rows: list[dict[str, object]] = []
     for name in ANCHOR_SIGNATURES:
-        cosines = cosine_matrix(getattr(found, name))
+        matrix = cosine_matrix(getattr(found, name))
+        pairs = off_diagonal(matrix)
         rows.append(
             {
                 "task": task.kind,
                 "signature": name,
-                "r_order": r_order(cosines, task.anchors),
-                "min_cosine": float(off_diagonal(cosines).min()),
+                "r_order": r_order(matrix, task.anchors),
+                "min_cosine": float(pairs.min()),
+                "cosine_spread": float(np.ptp(pairs)),
             }
         )
     return rows

@@ -96,17 +96,36 @@ def file_texts(source: Mapping[str, Any]) -> list[Candidate]:
     return candidates
 
 
+def field_value(row: Mapping[str, Any], name: str) -> Any:
+    """The value of field ``name`` of a row; a dotted name reads nested fields
+    (``meta.pile_set_name``); None where a field is missing."""
+    value: Any = row
+    for part in name.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _matches(where: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
+    """The row filter of a source's ``where``: every named field equals its value."""
+    return lambda row: all(field_value(row, name) == value for name, value in where.items())
+
+
 def _load_hub_dataset(source: Mapping[str, Any]) -> Any:
+    """A Hugging Face dataset (map-style, or iterable when ``streaming``), restricted to the
+    rows that match the source's ``where`` (e.g. one subset of the Pile by
+    ``meta.pile_set_name``; Yao & Xu §6 train on five)."""
     import datasets
 
     try:
-        return datasets.load_dataset(
+        dataset = datasets.load_dataset(
             source["name"],
             source.get("config"),
             split=source.get("split", "train"),
             revision=source.get("revision"),
             streaming=source.get("streaming", False),
         )
+        where = source.get("where")
+        return dataset.filter(_matches(where)) if where else dataset
     except Exception as error:
         raise LayerlawsError(
             f"could not load dataset {source['name']!r} (config {source.get('config')!r}, "

@@ -18,9 +18,20 @@ import numpy as np
 
 from layerlaws.core.errors import LayerlawsError
 
-TRAINABLE_FAMILIES = ("llama", "gpt2")
+TRAINABLE_FAMILIES = ("llama", "gpt2", "qwen2")
 """The families (rows of ``models.architectures.ARCHITECTURES``) a model is trained in
-(Llama-style: RMSNorm, RoPE, SwiGLU; GPT-2 style: LayerNorm, learned positions, GELU)."""
+(Llama-style: RMSNorm, RoPE, SwiGLU; GPT-2 style: LayerNorm, learned positions, GELU;
+Qwen2-style: Llama's with biases on the query, key and value projections, the
+architecture of Yao & Xu, Appendix A)."""
+
+ROPE_FAMILIES = {"llama": False, "qwen2": True}
+"""The RoPE families (Llama-style blocks, heads of any size), by whether their query, key
+and value projections carry biases."""
+
+INITIALISATIONS = ("default", "normal_fan_in")
+"""``training.<key>.init``: transformers' own initialisation of the family, or every weight
+matrix W drawn from N(0, 1/d_in) with d_in the dimension of its input (Yao & Xu,
+Appendix A; ``training.train.normal_fan_in_``)."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +43,13 @@ class TrainingSpec:
     num_layers: int
     hidden_size: int
     num_heads: int
+    head_dim: int
+    """Size of each attention head (queries, keys and values); the attention width is
+    num_heads × head_dim, which may differ from hidden_size (Yao & Xu: 12 × 64 on 512)."""
     intermediate_size: int
     tie_embeddings: bool
+    init: str
+    """One of INITIALISATIONS."""
     context: int
     """Tokens per training sequence (texts are packed, each followed by EOS)."""
     batch_size: int
@@ -57,19 +73,15 @@ class TrainingSpec:
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> TrainingSpec:
         """The spec of a validated ``training.<key>`` block."""
-        hidden = settings["hidden_size"]
-        if hidden % settings["num_heads"]:
-            raise LayerlawsError(
-                f"training: hidden_size {hidden} is not a multiple of num_heads "
-                f"{settings['num_heads']}"
-            )
         return cls(
             architecture=settings["architecture"],
             num_layers=settings["num_layers"],
-            hidden_size=hidden,
+            hidden_size=settings["hidden_size"],
             num_heads=settings["num_heads"],
-            intermediate_size=settings["intermediate_size"] or 4 * hidden,
+            head_dim=head_size(settings),
+            intermediate_size=settings["intermediate_size"] or 4 * settings["hidden_size"],
             tie_embeddings=settings["tie_embeddings"],
+            init=settings.get("init", "default"),
             context=settings["context"],
             batch_size=settings["batch_size"],
             steps=settings["steps"],
@@ -96,6 +108,26 @@ class TrainingSpec:
         for array in data:
             digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()[:16]
+
+
+def head_size(settings: Mapping[str, Any]) -> int:
+    """The head size of a ``training.<key>`` block: its ``head_dim``, else hidden_size /
+    num_heads (which must then be a whole number). Only a RoPE family (llama, qwen2) may
+    have heads whose sizes do not add up to hidden_size."""
+    hidden, heads, given = settings["hidden_size"], settings["num_heads"], settings.get("head_dim")
+    if given is None:
+        if hidden % heads:
+            raise LayerlawsError(
+                f"training: hidden_size {hidden} is not a multiple of num_heads {heads}; "
+                f"give head_dim"
+            )
+        return hidden // heads
+    if settings["architecture"] not in ROPE_FAMILIES and given * heads != hidden:
+        raise LayerlawsError(
+            f"training: a {settings['architecture']} model's heads share hidden_size "
+            f"({hidden}); head_dim {given} × num_heads {heads} does not"
+        )
+    return given
 
 
 def checkpoint_folder(folder: str | Path, step: int) -> Path:
@@ -175,8 +207,10 @@ def parameter_count(spec: TrainingSpec, vocab_size: int) -> int:
     (embeddings counted twice when untied; norms and biases included)."""
     hidden, inner = spec.hidden_size, spec.intermediate_size
     embeddings = vocab_size * hidden * (1 if spec.tie_embeddings else 2)
-    if spec.architecture == "llama":
-        block = 4 * hidden * hidden + 3 * hidden * inner + 2 * hidden
+    if spec.architecture in ROPE_FAMILIES:
+        attention = spec.num_heads * spec.head_dim
+        biases = 3 * attention if ROPE_FAMILIES[spec.architecture] else 0
+        block = 4 * hidden * attention + biases + 3 * hidden * inner + 2 * hidden
         return embeddings + spec.num_layers * block + hidden
     block = 4 * hidden * hidden + 2 * hidden * inner + 9 * hidden + inner
     return embeddings + spec.context * hidden + spec.num_layers * block + 2 * hidden

@@ -26,6 +26,7 @@ import torch
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.training.plan import (
+    ROPE_FAMILIES,
     TrainingSpec,
     batch_indices,
     checkpoint_folder,
@@ -42,18 +43,20 @@ STATE_FILE = "training_state.pt"
 def model_config(spec: TrainingSpec, tokenizer: Any) -> Any:
     """The transformers config of the model to train: ``spec``'s architecture and sizes,
     the tokenizer's vocabulary, no dropout (so a run is a function of its seed)."""
-    from transformers import GPT2Config, LlamaConfig
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
 
     vocab_size = len(tokenizer)
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
-    if spec.architecture == "llama":
-        return LlamaConfig(
+    if spec.architecture in ROPE_FAMILIES:
+        family = {"llama": LlamaConfig, "qwen2": Qwen2Config}[spec.architecture]
+        return family(
             vocab_size=vocab_size,
             hidden_size=spec.hidden_size,
             intermediate_size=spec.intermediate_size,
             num_hidden_layers=spec.num_layers,
             num_attention_heads=spec.num_heads,
             num_key_value_heads=spec.num_heads,
+            head_dim=spec.head_dim,
             max_position_embeddings=spec.context,
             tie_word_embeddings=spec.tie_embeddings,
             **special,
@@ -74,11 +77,46 @@ def model_config(spec: TrainingSpec, tokenizer: Any) -> Any:
 
 
 def initial_model(spec: TrainingSpec, config: Any) -> Any:
-    """The model at step 0: transformers' initialisation seeded by ``spec.seed``, float32."""
+    """The model at step 0, float32, seeded by ``spec.seed``: transformers' initialisation
+    (``init: default``), or with every weight matrix redrawn by ``normal_fan_in_``."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(spec.seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if spec.init == "normal_fan_in":
+        normal_fan_in_(model)
+    return model
+
+
+def input_dimension(module: torch.nn.Module) -> int | None:
+    """d_in of a module's weight matrix: the features a linear map reads (``nn.Linear``
+    stores (out, in), GPT-2's ``Conv1D`` (in, out)); an embedding's one-hot input, of the
+    size of its table (Yao & Xu §3: W^E ∈ R^{d × d_vob} maps e_x to W^E e_x); None for a
+    module without one."""
+    from transformers.pytorch_utils import Conv1D
+
+    if isinstance(module, torch.nn.Linear):
+        return module.in_features
+    if isinstance(module, Conv1D):
+        return module.weight.shape[0]
+    if isinstance(module, torch.nn.Embedding):
+        return module.num_embeddings
+    return None
+
+
+@torch.no_grad()
+def normal_fan_in_(model: torch.nn.Module) -> None:
+    """Redraw every weight matrix W of ``model`` in place as W_ij ~ N(0, 1/d_in), d_in its
+    ``input_dimension`` (Yao & Xu, Appendix A), from torch's global generator; biases and
+    norms keep their initialisation. A matrix shared by two modules (tied W_E = W_U) is
+    drawn once, as the first module that holds it (the input embedding) sees it."""
+    drawn: set[int] = set()
+    for module in model.modules():
+        fan_in = input_dimension(module)
+        if fan_in is None or id(module.weight) in drawn:
+            continue
+        module.weight.normal_(0.0, fan_in**-0.5)
+        drawn.add(id(module.weight))
 
 
 def optimizer_of(spec: TrainingSpec, model: Any) -> torch.optim.AdamW:

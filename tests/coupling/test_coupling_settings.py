@@ -11,6 +11,15 @@ from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
 
 
+def validated_default_metrics():
+    """The schema's default of ``coupling.metrics``."""
+    import yaml
+    from config_blocks import ROOT
+
+    schema = yaml.safe_load((ROOT / "schemas" / "config.schema.yaml").read_text())
+    return schema["properties"]["coupling"]["properties"]["metrics"]["default"]
+
+
 @pytest.fixture
 def block():
     return validated_block("coupling")
@@ -19,10 +28,15 @@ def block():
 def test_the_default_block_arrives_with_its_types_and_equals_the_defaults(block):
     settings = CouplingSettings.from_config(block)
     # config.yaml measures every metric; the schema's default, like the dataclass's, is
-    # the paper's alone.
-    every = ("paper", "released_trace", "released_norm", "released_trace_swapped")
-    assert settings == replace(CouplingSettings(), metrics=(*every, "released_norm_swapped"))
-    assert CouplingSettings().metrics == ("paper",) and settings.svd_seed == 0
+    # the paper's two: m̃ (Eq. 14) and m (Eq. 13).
+    every = ("paper", "unnormalised", "released_trace", "released_norm")
+    every += ("released_trace_swapped", "released_norm_swapped")
+    assert settings == replace(CouplingSettings(), metrics=every)
+    assert CouplingSettings().metrics == ("paper", "unnormalised") and settings.svd_seed == 0
+    without_metrics = {key: value for key, value in block.items() if key != "metrics"}
+    assert CouplingSettings.from_config(
+        {**without_metrics, "metrics": validated_default_metrics()}
+    ).metrics == ("paper", "unnormalised")
     assert settings.ks == (10, 30, 50) and settings.token_layers == ()
     assert settings.final_norm == "in_last_block" and settings.includes_final_norm
     assert not CouplingSettings(final_norm="excluded").includes_final_norm
@@ -63,8 +77,8 @@ def test_a_missing_key_is_named(block, key):
         (
             "metrics",
             ["paper", "trace"],
-            r"coupling\.metrics: expected one of paper, released_trace, released_norm, "
-            r"released_trace_swapped, released_norm_swapped; got 'trace'",
+            r"coupling\.metrics: expected one of paper, unnormalised, released_trace, "
+            r"released_norm, released_trace_swapped, released_norm_swapped; got 'trace'",
         ),
         ("metrics", "paper", r"coupling\.metrics: expected a list, got 'paper'"),
         ("svd_seed", 1.5, r"coupling\.svd_seed: expected an integer, got 1\.5"),

@@ -1,6 +1,8 @@
 """The PR table streamed from the forward pass against float64 numpy.linalg.lstsq on the
 same rows, built by hand from the states kept by the same pass."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -10,6 +12,8 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.statistics import (
     EquilearningStatistics,
     check_enough_rows,
+    present_ids,
+    shuffled_maps,
     target_ids,
     target_matrix,
 )
@@ -25,8 +29,11 @@ NORMS = ["model", "standardize", "none"]
 CONTROLS = ["none", "shuffled_vocab"]
 
 
-def measured(folder, texts, root, batch_size, keep=True, special_tokens="exclude"):
-    """(facts, tokens, statistics, kept states) of one pass over ``texts``."""
+def measured(
+    folder, texts, root, batch_size, keep=True, special_tokens="exclude", shuffle="vocabulary"
+):
+    """(facts, tokens, statistics, kept states) of one pass over ``texts``, the
+    ``shuffled_vocab`` control under ``shuffle``."""
     facts = prepare_model({"source": {"kind": "local", "path": str(folder)}}, root / "m")
     sentences = pl.DataFrame(
         {"sentence_id": list(range(len(texts))), "text": texts, "source": ["t"] * len(texts)}
@@ -34,7 +41,8 @@ def measured(folder, texts, root, batch_size, keep=True, special_tokens="exclude
     tokens = observed_tokens(
         tokenize_sentences(sentences, load_tokenizer(root / "m"), max_tokens=20), special_tokens
     )
-    statistics = EquilearningStatistics(facts, OFFSETS, NORMS, CONTROLS, shuffle_seed=0)
+    present = present_ids(tokens, OFFSETS) if shuffle == "present" else None
+    statistics = EquilearningStatistics(facts, OFFSETS, NORMS, CONTROLS, 0, present)
     observers = [statistics]
     if keep:
         writer = HiddenStateWriter(root / "h", facts, text_rows(tokens), "float32", 333)
@@ -133,9 +141,71 @@ def test_targets_never_cross_sequences_or_use_special_tokens():
     assert defined[:, 1].tolist() == [True, True, False, True, False]
     assert ids[:, 1].tolist() == [11, 12, 0, 21, 0]
     permutation = np.arange(30)[::-1]
-    values, _ = target_matrix(rows, [1], ["none", "shuffled_vocab"], permutation)
+    values, _ = target_matrix(rows, [1], ["none", "shuffled_vocab"], [permutation])
     assert values[:, 0].tolist() == [11, 12, 0, 21, 0]
     assert values[:, 1].tolist() == [18, 17, 0, 8, 0]
+
+
+def hand_targets(rows: pl.DataFrame, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, target id) of every row whose token ``offset`` on in its sequence is
+    observed, by a Python loop over the rows."""
+    where = {(s, p): t for s, p, t in rows.select("sentence_id", "position", "token_id").rows()}
+    pairs = [
+        (row, where[s, p + offset])
+        for row, (s, p) in enumerate(rows.select("sentence_id", "position").rows())
+        if (s, p + offset) in where
+    ]
+    return np.array([row for row, _ in pairs]), np.array([target for _, target in pairs])
+
+
+def seeded_mapping(targets: np.ndarray) -> dict[int, int]:
+    """He & Su's shuffled vocabulary: the distinct labels (sorted) to a permutation of them,
+    seeded 0."""
+    labels = np.unique(targets)
+    return dict(zip(labels, np.random.default_rng(0).permutation(labels), strict=True))
+
+
+def test_present_shuffle_permutes_each_offsets_targets_among_themselves(pass_):
+    """He & Su's released code: the shuffled targets of an offset are its targets under a
+    seeded bijection of the ids that occur as its targets (a dictionary from the sorted
+    distinct ids to a seeded permutation of them), so they keep their set of values."""
+    facts, tokens, _, _ = pass_
+    rows = text_rows(tokens)
+    maps = shuffled_maps(facts.vocab_size, len(OFFSETS), 0, present_ids(tokens, OFFSETS))
+    values, defined = target_matrix(rows, OFFSETS, CONTROLS, maps)
+    for index, offset in enumerate(OFFSETS):
+        at, targets = hand_targets(rows, offset)
+        assert np.array_equal(np.flatnonzero(defined[:, index]), at)
+        mapping = seeded_mapping(targets)
+        shuffled = values[at, 2 * index + 1]
+        assert np.array_equal(shuffled, [mapping[target] for target in targets])
+        assert np.array_equal(np.unique(shuffled), np.unique(targets))
+        assert (shuffled != targets).mean() > 0.5
+        assert np.array_equal(values[at, 2 * index], targets)
+
+
+def test_present_shuffle_pr_matches_lstsq_on_the_shuffled_targets(llama_folder, texts, tmp_path):
+    """The shuffled control's PR under ``present`` against lstsq on the kept states, the
+    targets of each offset renamed by the bijection of its present ids."""
+    _, _, statistics, hidden = measured(llama_folder, texts[:20], tmp_path, 8, shuffle="present")
+    table = statistics.table().filter(pl.col("control") == "shuffled_vocab")
+    for offset in OFFSETS:
+        mapping = seeded_mapping(hand_targets(hidden.rows, offset)[1])
+        renamed = SimpleNamespace(
+            metadata=hidden.metadata,
+            num_layers=hidden.num_layers,
+            layer=hidden.layer,
+            rows=hidden.rows.with_columns(
+                pl.col("token_id").replace_strict(mapping, default=pl.col("token_id"))
+            ),
+        )
+        for row in table.filter(pl.col("offset") == offset).iter_rows(named=True):
+            expected, n_rows = reference_pr(renamed, row["layer"], offset, row["norm"], False)
+            assert row["n_rows"] == n_rows
+            assert row["pr"] == pytest.approx(expected, abs=1e-9), row
+    vocabulary = measured(llama_folder, texts[:20], tmp_path / "v", 8, keep=False)[2].table()
+    shuffled = vocabulary.filter(pl.col("control") == "shuffled_vocab")
+    assert not np.allclose(shuffled["pr"].to_numpy(), table["pr"].to_numpy())
 
 
 def test_too_few_rows_is_a_clear_error_before_the_model_runs(pass_):

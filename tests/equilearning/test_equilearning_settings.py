@@ -25,16 +25,17 @@ def test_the_default_block_arrives_with_its_types(block):
     assert settings.offsets == (-1, 0, 1, 2)
     assert settings.norms == ("model", "standardize", "none")
     assert settings.controls == ("none", "shuffled_vocab")
+    assert settings.shuffle == "present"
     assert settings.shuffle_seed == 0 and settings.special_tokens == "exclude"
     assert isinstance(settings.cutoff, float) and settings.cutoff == 1e-12
-    assert settings.fuzziness == FuzzinessSettings(min_rows=20, max_classes=1000)
+    assert settings.fuzziness == FuzzinessSettings(classes="all", min_rows=20, max_classes=1000)
     assert settings.token_views == TokenViewSettings(
         groups=(("they", "them"), ("have", "had"), ("are", "is")),
         layers=(),
         max_rows=500,
         norm="model",
     )
-    assert settings.masking == MaskingSettings(rate=0.15, seed=0)
+    assert settings.masking == MaskingSettings(rate=0.15, seed=0, scheme="mask_only")
 
 
 def test_the_rule_params_give_the_same_settings(block):
@@ -43,11 +44,10 @@ def test_the_rule_params_give_the_same_settings(block):
 
 
 def test_an_integer_rate_arrives_as_a_float(block):
-    masking = MaskingSettings.from_config({"rate": 1, "seed": 3})
+    given = {"rate": 1, "seed": 3, "scheme": "bert"}
+    masking = MaskingSettings.from_config(given)
     assert isinstance(masking.rate, float) and masking.rate == 1.0
-    assert EquilearningSettings.from_config(
-        {**block, "masking": {"rate": 1, "seed": 3}}
-    ).masking == (masking)
+    assert EquilearningSettings.from_config({**block, "masking": given}).masking == masking
 
 
 @pytest.mark.parametrize("key", [setting.name for setting in fields(EquilearningSettings)])
@@ -67,7 +67,22 @@ def test_a_missing_key_is_named(block, key):
         ("shuffle_seed", True, r"equilearning\.shuffle_seed: expected an integer, got True"),
         ("cutoff", "small", r"equilearning\.cutoff: expected a number"),
         ("special_tokens", "keep", r"equilearning\.special_tokens: expected one of"),
-        ("fuzziness", {"min_rows": 2}, r"equilearning\.fuzziness\.max_classes is missing"),
+        ("shuffle", "all", r"equilearning\.shuffle: expected one of present, vocabulary"),
+        (
+            "fuzziness",
+            {"classes": "all", "min_rows": 2},
+            r"equilearning\.fuzziness\.max_classes is missing",
+        ),
+        (
+            "fuzziness",
+            {"classes": "some", "min_rows": 2, "max_classes": 3},
+            r"equilearning\.fuzziness\.classes: expected one of all, frequent",
+        ),
+        (
+            "masking",
+            {"rate": 0.15, "seed": 0, "scheme": "random"},
+            r"equilearning\.masking\.scheme: expected one of mask_only, bert",
+        ),
         ("fuzziness", [], r"equilearning\.fuzziness must be a mapping"),
     ],
 )
@@ -81,4 +96,4 @@ def test_an_invalid_nested_value_is_named(block):
     with pytest.raises(LayerlawsError, match=r"equilearning\.token_views\.norm: expected one"):
         EquilearningSettings.from_config({**block, "token_views": views})
     with pytest.raises(LayerlawsError, match=r"equilearning\.masking\.seed is missing"):
-        MaskingSettings.from_config({"rate": 0.15})
+        MaskingSettings.from_config({"rate": 0.15, "scheme": "bert"})

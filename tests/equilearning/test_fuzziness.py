@@ -3,25 +3,36 @@ the rows (numpy), on synthetic classes and through a model pass."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness, fuzziness_classes
+from layerlaws.equilearning.fuzziness import (
+    SeparationFuzziness,
+    counted_classes,
+    fuzziness,
+    fuzziness_classes,
+)
 from layerlaws.equilearning.regression import Moments
+from layerlaws.equilearning.settings import FuzzinessSettings
 from layerlaws.equilearning.statistics import normalized, target_ids
 from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import HiddenStateWriter
 from layerlaws.forward.model_pass import run_forward_pass, text_rows
+from layerlaws.models.facts import ModelFacts
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 
 def direct_fuzziness(rows: np.ndarray, labels: np.ndarray) -> float:
-    """Tr(SS_w SS_b⁺) straight from the definition, float64."""
+    """Tr(SS_w SS_b⁺) straight from He & Su's definition (Fig. S8), every class of
+    ``labels`` counted: SS_w = (1/N) Σ_c Σ_{i∈c} (h_i − μ_c)(h_i − μ_c)ᵀ,
+    SS_b = (1/N) Σ_c n_c (μ_c − μ)(μ_c − μ)ᵀ; float64."""
     mean = rows.mean(axis=0)
     within = np.zeros((rows.shape[1],) * 2)
     between = np.zeros_like(within)
@@ -67,7 +78,7 @@ def test_separated_classes_are_less_fuzzy_than_mixed_ones():
     assert streamed(separated, labels, 5, 64) < 0.1 < 10 < streamed(mixed, labels, 5, 64)
 
 
-def test_classes_are_the_frequent_next_tokens():
+def test_classes_are_every_next_token_or_the_frequent_ones():
     # Sequence 0: 5 7 5 7 5 (next tokens 7 5 7 5), sequence 1: 1 5 9 (BOS 1 special).
     tokens = pl.DataFrame(
         {
@@ -79,25 +90,96 @@ def test_classes_are_the_frequent_next_tokens():
     )
     assert fuzziness_classes(tokens, min_rows=2, max_classes=10).tolist() == [5, 7]
     assert fuzziness_classes(tokens, min_rows=1, max_classes=1).tolist() == [5]
+    every = FuzzinessSettings(classes="all", min_rows=2, max_classes=1)
+    assert counted_classes(tokens, every).tolist() == [5, 7, 9]
+    assert counted_classes(tokens, every, target_offset=0).tolist() == [5, 7, 9]
+    frequent = FuzzinessSettings(classes="frequent", min_rows=2, max_classes=10)
+    assert counted_classes(tokens, frequent).tolist() == [5, 7]
 
 
-def test_too_few_classes_is_a_clear_error(pass_facts):
-    with pytest.raises(LayerlawsError, match=r"lower equilearning\.fuzziness\.min_rows"):
-        SeparationFuzziness(pass_facts, ["model"], np.array([3]))
+def small_facts(num_layers: int, hidden_size: int) -> ModelFacts:
+    """Facts of a pre-LN model of these sizes (no weights: the states are synthetic)."""
+    return ModelFacts(
+        model_type="llama",
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        vocab_size=500,
+        norm_type="rmsnorm",
+        norm_eps=1e-6,
+        post_ln=False,
+        tied_embeddings=False,
+        max_positions=None,
+        parameters=0,
+        weights_dtype="float32",
+        weights=None,
+        source={},
+    )
 
 
-@pytest.fixture
-def pass_facts(llama_folder, tmp_path):
-    return prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
+def test_all_classes_with_many_small_ones_match_the_definition():
+    """Every next token a class (most of 1–3 rows, a few large), streamed in batches of
+    sequences through the observer, against the definition (He & Su Fig. S8) on the same
+    rows; the
+    class sums stay on the CPU."""
+    rng = np.random.default_rng(4)
+    facts, n_sequences, length = small_facts(num_layers=2, hidden_size=5), 40, 9
+    # Ids 0–9 frequent, 10–499 mostly seen once to three times.
+    ids = np.where(
+        rng.random((n_sequences, length)) < 0.4,
+        rng.integers(0, 10, (n_sequences, length)),
+        rng.integers(10, 500, (n_sequences, length)),
+    )
+    tokens = pl.DataFrame(
+        {
+            "sentence_id": np.repeat(np.arange(n_sequences), length),
+            "position": np.tile(np.arange(length), n_sequences),
+            "token_id": ids.reshape(-1),
+            "is_special": np.zeros(n_sequences * length, dtype=bool),
+        }
+    )
+    next_ids = np.column_stack([ids[:, 1:], np.full(n_sequences, -1)]).reshape(-1)
+    sizes = np.bincount(next_ids[next_ids >= 0])
+    assert (sizes == 1).sum() > 50 and ((sizes == 2) | (sizes == 3)).sum() > 20
+    centres = rng.normal(size=(500, facts.hidden_size)) * 2
+    states = [
+        centres[np.maximum(next_ids, 0)] * (layer + 1) + rng.normal(size=(len(next_ids), 5))
+        for layer in range(facts.num_layers + 1)
+    ]
+    classes = counted_classes(tokens, FuzzinessSettings(classes="all", min_rows=20, max_classes=2))
+    observer = SeparationFuzziness(facts, ["none"], classes)
+    for first in range(0, n_sequences, 7):
+        batch = tokens.filter(pl.col("sentence_id").is_between(first, first + 6))
+        observer.begin_batch(SimpleNamespace(rows=batch.drop("is_special")))
+        at = slice(first * length, (first + 7) * length)
+        for layer in range(facts.num_layers + 1):
+            observer.observe(layer, torch.from_numpy(states[layer][at]))
+    counted = next_ids >= 0
+    table = observer.table()
+    assert set(table["n_classes"]) == {len(np.unique(next_ids[counted]))} == {len(classes)}
+    assert set(table["n_rows"]) == {counted.sum()}
+    for row in table.iter_rows(named=True):
+        expected = direct_fuzziness(states[row["layer"]][counted], next_ids[counted])
+        assert row["fuzziness"] == pytest.approx(expected, rel=1e-9), row
+    assert {sums.device.type for sums in observer.sums.values()} == {"cpu"}
 
 
-def test_a_model_pass_measures_what_the_kept_rows_give(llama_folder, texts, tmp_path):
+def test_too_few_classes_is_a_clear_error():
+    with pytest.raises(LayerlawsError, match=r"two next-token classes, found 1; sample more"):
+        SeparationFuzziness(small_facts(2, 4), ["model"], np.array([3]))
+
+
+@pytest.mark.parametrize("classes_setting", ["all", "frequent"])
+def test_a_model_pass_measures_what_the_kept_rows_give(
+    llama_folder, texts, tmp_path, classes_setting
+):
     """Every layer and norm of a tiny Llama's pass against the definition on the states
-    the same pass kept."""
+    the same pass kept: over every next token, and over the frequent ones (at least 15
+    rows, at most 8 classes)."""
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
     sentences = pl.DataFrame({"sentence_id": range(60), "text": texts[:60], "source": ["t"] * 60})
     tokens = tokenize_sentences(sentences, load_tokenizer(tmp_path / "m"), max_tokens=20)
-    classes = fuzziness_classes(tokens, min_rows=15, max_classes=8)
+    settings = FuzzinessSettings(classes=classes_setting, min_rows=15, max_classes=8)
+    classes = counted_classes(tokens, settings)
     observer = SeparationFuzziness(facts, ["model", "none"], classes)
     rows = text_rows(tokens)
     writer = HiddenStateWriter(tmp_path / "h", facts, rows, "float32", 1000)

@@ -5,15 +5,14 @@ Tr(SS_w SS_b⁺) computed with NumPy from the hidden states the same pass kept.
 
 Nothing of layerlaws computes a reference: the kept states are read with ``numpy.load``
 from their shards, the norms (a default-initialised RMSNorm or LayerNorm with the model's
-eps, standardisation) and the classes (next tokens of at least ``min_rows`` rows) are
-written here from the definitions. The largest difference seen is in each assertion
-message.
+eps, standardisation) and the classes (every next token, ``equilearning.fuzziness.classes:
+all`` as He & Su's released code) are written here from the definitions. The largest
+difference seen is in each assertion message.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +23,9 @@ from scipy import stats
 pytestmark = pytest.mark.slow
 
 MODELS = ["tiny-llama", "tiny-gpt2"]
-MIN_ROWS = 20
-"""``equilearning.fuzziness.min_rows`` (schema default; the tiny workflow keeps it)."""
-MAX_CLASSES = 1000
-"""``equilearning.fuzziness.max_classes`` (schema default)."""
 PINV_RCOND = 1e-10
-"""Relative cut-off of the pseudo-inverse of SS_b (rank ≤ classes − 1, below the hidden
-size here): its null eigenvalues are ~1e-16 of the largest, its others far above."""
+"""Relative cut-off of the pseudo-inverse of SS_b: its null eigenvalues (a LayerNorm's
+centring) are ~1e-16 of the largest, its others far above."""
 
 
 def run_folder(finished: Path, model: str) -> Path:
@@ -100,14 +95,9 @@ def test_fuzziness_law_is_scipy_linregress_of_log_fuzziness(finished, model):
 
 
 def next_token_classes(tokens: pl.DataFrame) -> list[int]:
-    """Ids that follow at least MIN_ROWS text tokens of their sequence as its next text
-    token, the MAX_CLASSES most frequent (ties: smaller id)."""
+    """Every id that follows a text token of its sequence as its next text token."""
     text = {(s, p): t for s, p, t, special in tokens.iter_rows() if not special}
-    following = Counter(text[(s, p + 1)] for s, p in text if (s, p + 1) in text)
-    frequent = sorted(
-        (t for t, n in following.items() if n >= MIN_ROWS), key=lambda t: (-following[t], t)
-    )
-    return sorted(frequent[:MAX_CLASSES])
+    return sorted({text[(s, p + 1)] for s, p in text if (s, p + 1) in text})
 
 
 def kept_layer(folder: Path, layer: int) -> np.ndarray:

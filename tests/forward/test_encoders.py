@@ -1,6 +1,7 @@
 """Masked-LM encoders (BERT, RoBERTa): measured as post-LN models through their masked-LM
-head, and probed with their own task — masks that follow the 80/10/10 rule, rows at the
-masked positions only, the PR of those rows against float64 lstsq."""
+head, and probed with their own task — masks of He & Su's released code (every chosen
+token the mask token) or of BERT's 80/10/10 rule, rows at the chosen positions only, the
+PR of those rows against float64 lstsq."""
 
 from __future__ import annotations
 
@@ -75,18 +76,44 @@ def test_encoders_are_post_ln_and_their_layers_are_the_encoder_states(encoder):
     assert torch.equal(normalized(states, "model", facts), states)
 
 
-def test_masks_follow_the_80_10_10_rule_within_binomial_bounds():
-    count, vocab = 40_000, 50_000
+VOCAB = 50_000
+
+
+@pytest.fixture(scope="module")
+def large_table():
+    """400 sequences of 100 tokens, the first of each special, ids drawn from [10, VOCAB)."""
+    count = 40_000
     rng = np.random.default_rng(7)
-    tokens = pl.DataFrame(
+    return pl.DataFrame(
         {
             "sentence_id": np.repeat(np.arange(400), 100),
             "position": np.tile(np.arange(100), 400).astype(np.int32),
-            "token_id": rng.integers(10, vocab, count),
+            "token_id": rng.integers(10, VOCAB, count),
             "is_special": np.tile(np.arange(100) == 0, 400),
         }
     )
-    masked = mask_tokens(tokens, vocab, mask_token_id=3, rate=0.15, seed=0)
+
+
+def test_mask_only_turns_every_chosen_token_into_the_mask_token(large_table):
+    """He & Su's released code: the chosen text tokens (rate 0.15 within binomial bounds)
+    are exactly the positions the model reads as the mask token, and each is a row."""
+    masked = mask_tokens(large_table, VOCAB, 3, 0.15, seed=0, scheme="mask_only")
+    inputs, original = masked["input_id"].to_numpy(), masked["token_id"].to_numpy()
+    chosen, special = masked["is_target"].to_numpy(), masked["is_special"].to_numpy()
+    assert np.array_equal(chosen, inputs == 3)
+    assert (inputs[~chosen] == original[~chosen]).all()
+    assert not (chosen & special).any()
+    assert scipy.stats.binomtest(int(chosen.sum()), int((~special).sum()), 0.15).pvalue > 1e-4
+    assert mask_tokens(large_table, VOCAB, 3, 0.15, seed=0, scheme="mask_only").equals(masked)
+    other = mask_tokens(large_table, VOCAB, 3, 0.15, seed=1, scheme="mask_only")
+    assert not other["is_target"].equals(masked["is_target"])
+    # The same draws choose the same positions under both schemes.
+    bert = mask_tokens(large_table, VOCAB, 3, 0.15, seed=0, scheme="bert")
+    assert bert["is_target"].equals(masked["is_target"])
+
+
+def test_bert_masks_follow_the_80_10_10_rule_within_binomial_bounds(large_table):
+    masked = mask_tokens(large_table, VOCAB, mask_token_id=3, rate=0.15, seed=0, scheme="bert")
     chosen = masked["is_target"].to_numpy()
     assert not (chosen & masked["is_special"].to_numpy()).any()
     text = int((~masked["is_special"]).sum())
@@ -98,19 +125,21 @@ def test_masks_follow_the_80_10_10_rule_within_binomial_bounds():
     for observed, trials, p in (
         (n_chosen, text, 0.15),
         (as_mask, n_chosen, 0.8),
-        (kept, n_chosen, 0.1 + 0.1 / vocab),
-        (replaced, n_chosen, 0.1 - 0.1 / vocab),
+        (kept, n_chosen, 0.1 + 0.1 / VOCAB),
+        (replaced, n_chosen, 0.1 - 0.1 / VOCAB),
     ):
         assert scipy.stats.binomtest(observed, trials, p).pvalue > 1e-4, (observed, trials, p)
     assert (inputs[~chosen] == original[~chosen]).all()
-    again = mask_tokens(tokens, vocab, 3, 0.15, seed=0)
+    again = mask_tokens(large_table, VOCAB, 3, 0.15, seed=0, scheme="bert")
     assert again.equals(masked)
-    assert not mask_tokens(tokens, vocab, 3, 0.15, seed=1)["is_target"].equals(masked["is_target"])
+    other = mask_tokens(large_table, VOCAB, 3, 0.15, seed=1, scheme="bert")
+    assert not other["is_target"].equals(masked["is_target"])
     with pytest.raises(LayerlawsError, match="has none"):
-        mask_tokens(tokens, vocab, None, 0.15, 0)
+        mask_tokens(large_table, VOCAB, None, 0.15, 0, "mask_only")
 
 
-def test_masked_lm_probe_regresses_only_the_masked_positions(encoder):
+@pytest.mark.parametrize("scheme", ["mask_only", "bert"])
+def test_masked_lm_probe_regresses_only_the_masked_positions(encoder, scheme):
     _, root, facts, tokens = encoder
     tokenizer = load_tokenizer(root / "m")
     masked = probe_tokens(
@@ -118,12 +147,14 @@ def test_masked_lm_probe_regresses_only_the_masked_positions(encoder):
         probe="masked_lm",
         vocab_size=facts.vocab_size,
         mask_token_id=tokenizer.mask_token_id,
-        masking=MaskingSettings(rate=0.3, seed=2),
+        masking=MaskingSettings(rate=0.3, seed=2, scheme=scheme),
         special_tokens="exclude",
     )
+    at_mask = masked["input_id"] == tokenizer.mask_token_id
+    assert at_mask.equals(masked["is_target"]) == (scheme == "mask_only")
     statistics = EquilearningStatistics(facts, OFFSETS, ["model"], ["none"], shuffle_seed=0)
     evaluation = HeldOutEvaluation(TARGET_OFFSETS["masked_lm"])
-    writer = HiddenStateWriter(root / "masked", facts, text_rows(masked), "float32", 1000)
+    writer = HiddenStateWriter(root / f"masked-{scheme}", facts, text_rows(masked), "float32", 1000)
     model = load_model(root / "m", "float32", "cpu")
     report = run_forward_pass(
         model,
@@ -136,7 +167,7 @@ def test_masked_lm_probe_regresses_only_the_masked_positions(encoder):
         logit_observers=[evaluation],
     )
     writer.finish(report)
-    hidden = HiddenStates.open(root / "masked")
+    hidden = HiddenStates.open(root / f"masked-{scheme}")
     n_masked = int(masked["is_target"].sum())
     table = statistics.table()
     assert table.filter(pl.col("offset") == 0)["n_rows"].unique().to_list() == [n_masked]

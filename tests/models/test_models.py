@@ -107,6 +107,30 @@ def test_a_hub_model_is_used_from_the_hugging_face_cache(llama_folder, tmp_path)
         shutil.rmtree(repository)
 
 
+def test_a_hub_model_in_a_subfolder_of_its_repository(llama_folder, tmp_path):
+    """A repository holding several models (``source.subfolder``): config, weights and
+    tokenizer are read from the subfolder of the cached snapshot."""
+    from huggingface_hub import constants
+
+    revision = "89abcdef0123456789abcdef0123456789abcdef"
+    repository = Path(constants.HF_HUB_CACHE) / "models--layerlaws-test--several-models"
+    snapshot = repository / "snapshots" / revision
+    shutil.copytree(llama_folder, snapshot / "small" / "transformers")
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text(revision)
+    source = {"kind": "hub", "id": "layerlaws-test/several-models"}
+    try:
+        facts = prepare_model(
+            {"source": {**source, "subfolder": "small/transformers"}}, tmp_path / "m"
+        )
+        assert Path(facts.weights).resolve() == (snapshot / "small" / "transformers").resolve()
+        assert load_model(tmp_path / "m", "float32", "cpu").config.num_hidden_layers > 0
+        with pytest.raises(LayerlawsError, match="subfolder 'large'"):
+            prepare_model({"source": {**source, "subfolder": "large"}}, tmp_path / "n")
+    finally:
+        shutil.rmtree(repository)
+
+
 def test_embeddings_are_read_without_building_the_model(llama_folder, gpt2_folder, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -48,6 +48,17 @@ def test_a_series_names_known_datasets(config):
     fails(config, "config series.wiki-llama.datasets names 'nope'; known: ['wiki-culture'")
 
 
+def test_a_series_leaves_out_of_its_fits_only_its_members(config):
+    config["series"]["wiki-llama"]["exclude_from_fits"] = ["wiki-llama@step0"]
+    ExpandedConfig.from_config(config)
+    config["series"]["wiki-llama"]["exclude_from_fits"] = ["smollm2-135m"]
+    fails(
+        config,
+        "config series.wiki-llama.exclude_from_fits names 'smollm2-135m', which is not a "
+        "member of the series; its models: ['wiki-llama']",
+    )
+
+
 def test_a_run_names_a_known_model(config):
     config["runs"].append({"model": "nope", "dataset": "wiki-science"})
     fails(config, "config runs[2].model is 'nope', which is not a key of models; known models:")

@@ -7,14 +7,17 @@ import polars as pl
 import pytest
 from transformers import LlamaConfig
 
-from layerlaws.equilearning.fuzziness import SeparationFuzziness, fuzziness_classes
+from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
+from layerlaws.equilearning.settings import FuzzinessSettings
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.pipeline.planning import config_size
 from layerlaws.pipeline.resources import (
+    HOST_BASE_MB,
     ModelSize,
+    class_sums_bytes,
     equilearning_pass_needs,
     fuzziness_bytes,
     statistics_bytes,
@@ -66,14 +69,18 @@ def test_the_pass_of_a_13b_model_needs_what_hand_arithmetic_says(llama_13b, gpus
     width = 5120 + 4 * 2
     statistics = (40 * 3 + 1) * (1 + 3) * (width * width + width) * 8
     assert statistics == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
-    fuzziness = (40 * 3 + 1) * (5120 * 5120 + 5120 + 1000 * 5121) * 8
-    assert fuzziness == fuzziness_bytes(size, NORMS, 1000)
+    fuzziness = (40 * 3 + 1) * (5120 * 5120 + 5120) * 8
+    assert fuzziness == fuzziness_bytes(size, NORMS)
+    class_sums = (40 * 3 + 1) * 1000 * 5121 * 8
+    assert class_sums == class_sums_bytes(size, NORMS, 1000)
     device = 13_015_864_320 * 2 + 8 * 512 * (40 + 1 + 24) * 5120 * 2 + statistics + fuzziness
     expected_gpus = math.ceil(device / (80 * 2**30 * 0.9)) if gpus == "auto" else gpus
     assert expected_gpus == (3 if gpus == "auto" else gpus)
     assert needs.gpu == expected_gpus
     assert needs.gpu_mb == math.ceil(device / expected_gpus / 2**20)
-    assert needs.mem_mb < 8 * 1024 and needs.disk_mb == 1 and needs.runtime >= 10
+    host = HOST_BASE_MB * 2**20 + 5 * 2**30 + class_sums
+    assert needs.mem_mb == math.ceil(host / 2**20)
+    assert needs.disk_mb == 1 and needs.runtime >= 10
 
 
 def test_the_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_path):
@@ -91,15 +98,23 @@ def test_the_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_pat
     assert held == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
 
 
-def test_the_fuzziness_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_path):
+@pytest.mark.parametrize("classes_setting", ["all", "frequent"])
+def test_the_fuzziness_statistics_hold_what_the_estimate_says(
+    llama_folder, texts, tmp_path, classes_setting
+):
+    """The co-moments hold ``fuzziness_bytes``, the class sums and counts (on the CPU)
+    ``class_sums_bytes`` of the classes counted."""
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
     sentences = pl.DataFrame({"sentence_id": range(20), "text": texts[:20], "source": "t"})
     tokens = tokenize_sentences(sentences, load_tokenizer(tmp_path / "m"), max_tokens=20)
-    classes = fuzziness_classes(tokens, min_rows=3, max_classes=50)
+    settings = FuzzinessSettings(classes=classes_setting, min_rows=3, max_classes=50)
+    classes = counted_classes(tokens, settings)
     observer = SeparationFuzziness(facts, NORMS, classes)
     model = load_model(tmp_path / "m", "float32", "cpu")
     run_forward_pass(model, facts, tokens, [observer], 8, "cpu", progress=False)
-    held = sum(m.comoment.nbytes + m.mean.nbytes for m in observer.total.values())
-    held += sum(t.nbytes for t in [*observer.sums.values(), *observer.counts.values()])
     size = ModelSize(facts.parameters, facts.num_layers, facts.hidden_size, facts.vocab_size)
-    assert held == fuzziness_bytes(size, NORMS, len(classes))
+    held = sum(m.comoment.nbytes + m.mean.nbytes for m in observer.total.values())
+    assert held == fuzziness_bytes(size, NORMS)
+    class_sums = [*observer.sums.values(), *observer.counts.values()]
+    assert {t.device.type for t in class_sums} == {"cpu"}
+    assert sum(t.nbytes for t in class_sums) == class_sums_bytes(size, NORMS, len(classes))

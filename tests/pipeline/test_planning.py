@@ -5,7 +5,10 @@ import copy
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
+import polars as pl
 import pytest
 import yaml
 from snakemake.utils import validate
@@ -66,3 +69,43 @@ def test_the_expanded_config_is_read_only_and_leaves_the_config_alone():
 def test_kept_states_are_stored_in_the_compute_dtype_or_float32():
     assert storage_dtype("bfloat16", "compute") == "bfloat16"
     assert storage_dtype("bfloat16", "float32") == "float32"
+
+
+SMOLLM2 = {"parameters": 134_515_008, "num_layers": 30, "hidden_size": 576, "vocab_size": 49152}
+"""SmolLM2-135M's sizes, as its prepared facts say."""
+
+
+def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
+    """Host memory of an equi-learning pass: the class sums of the separation fuzziness,
+    (30 layers × 3 norms + 1) × classes × (576 + 1) × 8 bytes, with classes the distinct
+    ids of the tokens table (before it exists, min(tokens, vocabulary)); under
+    ``classes: frequent`` max_classes whatever the table."""
+    config = validated("config.yaml")
+    layout = Layout(str(tmp_path))
+    Path(layout.model("smollm2-135m")).mkdir(parents=True)
+    Path(layout.model_facts("smollm2-135m")).write_text(json.dumps(SMOLLM2))
+    wildcards = SimpleNamespace(model="smollm2-135m", dataset="wiki-science")
+    tokens = Path(layout.tokens("smollm2-135m", "wiki-science"))
+    inputs = SimpleNamespace(model=layout.model("smollm2-135m"), tokens=tokens)
+
+    def host_mb(classes_setting: str, distinct: int | None) -> int:
+        if distinct is not None:
+            tokens.parent.mkdir(parents=True, exist_ok=True)
+            ids = np.arange(6000) % distinct
+            pl.DataFrame(
+                {"sentence_id": np.arange(6000) // 100, "position": np.arange(6000) % 100}
+            ).with_columns(token_id=ids, is_special=False).write_parquet(tokens)
+        changed = copy.deepcopy(config)
+        changed["equilearning"]["fuzziness"]["classes"] = classes_setting
+        return JobPlanner.from_config(changed, layout).equilearning_pass(wildcards, inputs).mem_mb
+
+    def class_sums_mb(classes: int) -> float:
+        return (30 * 3 + 1) * classes * (576 + 1) * 8 / 2**20
+
+    before = host_mb("all", None)
+    few, many = host_mb("all", 100), host_mb("all", 5000)
+    assert many - few == pytest.approx(class_sums_mb(4900), abs=1)
+    assert before - few == pytest.approx(class_sums_mb(200 * 128 - 100), abs=1)
+    for distinct in (100, 5000):
+        expected = few + class_sums_mb(1000 - 100)
+        assert host_mb("frequent", distinct) == pytest.approx(expected, abs=1)

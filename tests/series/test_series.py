@@ -1,6 +1,8 @@
 """Series through Snakemake on tiny models: a model trained from scratch (three
 checkpoints) measured as a series, a series of models with external scores, their
-summaries, fits, held-out evaluation, what reruns when a model is added, bad input."""
+summaries, fits, held-out evaluation, what reruns when a model is added or left out of
+the fits, bad input; the fits (linear, exponential, against size) against references
+written here."""
 
 from __future__ import annotations
 
@@ -12,12 +14,20 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from scipy import stats
+from scipy import optimize, stats
 from snakemake.exceptions import WorkflowError
 from snakemake_runs import dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.pipeline.expansion import expand_models, series_members, series_runs
-from layerlaws.series.summary import coupling_columns, coupling_fits, linear_fit
+from layerlaws.series.summary import (
+    coupling_columns,
+    excluded_members,
+    exponential_fit,
+    linear_fit,
+    series_fits,
+    trajectory_columns,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +113,7 @@ SUMMARY_COLUMNS = [
     "model",
     "x",
     "dataset",
+    "in_fits",
     "parameters",
     "num_layers",
     "hidden_size",
@@ -122,9 +133,12 @@ SUMMARY_COLUMNS = [
     "miscoupling_offdiagonal_k2_released_trace",
     "miscoupling_all_k4_released_trace",
     "miscoupling_offdiagonal_k4_released_trace",
-    "lss_median",
-    "expodistance_median",
-    "equidistance_cv_median",
+    *(
+        f"{measure}_{statistic}{twin}"
+        for twin in ("", "_random")
+        for measure in ("lss", "expodistance", "equidistance_cv")
+        for statistic in ("mean", "median")
+    ),
 ]
 
 
@@ -146,8 +160,14 @@ def test_training_series_summary(series_run):
     assert checkpoints["step"].to_list() == [0, 2, 8]
     for name in ("curve.svg",):
         assert (results / "training/tiny" / name).stat().st_size > 1000
-    for name in ("quantities.svg", "generalisation.svg"):
+    for name in ("quantities.svg", "generalisation.svg", "fits.svg"):
         assert (results / "series/tiny" / name).stat().st_size > 1000
+    # Step 0 is its own random twin; later checkpoints keep that twin.
+    twins = summary.select("lss_mean", "lss_mean_random", "expodistance_median_random")
+    assert twins["lss_mean"][0] == pytest.approx(twins["lss_mean_random"][0])
+    assert twins["lss_mean_random"].n_unique() == 1
+    assert twins["lss_mean"][-1] != pytest.approx(twins["lss_mean_random"][-1])
+    assert summary["in_fits"].to_list() == [True] * 3
     facts = json.loads((results / "models/tiny@step2/layerlaws_model.json").read_text())
     assert facts["source"]["step"] == 2 and facts["source"]["tokens_seen"] == 128
     assert facts["num_layers"] == 2 and facts["hidden_size"] == 16
@@ -220,8 +240,22 @@ def test_family_series_fits_scores_against_coupling(series_run):
     assert summary["score_board"].to_list() == [10.0, 20.0, 30.0]
     fits = pl.read_csv(results / "fits.csv")
     assert set(fits["generalisation"]) == {"score_board", "loss"}
-    assert set(fits["k"]) == {2, 4}
-    assert set(fits["metric"]) == {"paper", "released_trace"}
+    assert set(fits["k"].drop_nulls()) == {2, 4}
+    assert set(fits["metric"].drop_nulls()) == {"paper", "released_trace"}
+    # Depth and width are the same for the three tiny models: only their size is fitted.
+    size = fits.filter(pl.col("k").is_null()).row(0, named=True)
+    assert fits.filter(pl.col("k").is_null()).height == 1
+    assert (size["predictor"], size["form"], size["generalisation"]) == (
+        "log10_parameters",
+        "linear",
+        "score_board",
+    )
+    reference = stats.linregress(
+        np.log10(summary["parameters"].to_numpy()), summary["score_board"].to_numpy()
+    )
+    assert size["slope"] == pytest.approx(reference.slope)
+    assert size["r2"] == pytest.approx(reference.rvalue**2)
+    assert (results / "fits.svg").stat().st_size > 1000
     for metric, suffix in (("paper", ""), ("released_trace", "_released_trace")):
         column = f"miscoupling_all_k2{suffix}"
         # The summary's aggregate is the mean of the trained weights' prompt-mean rows.
@@ -238,16 +272,19 @@ def test_family_series_fits_scores_against_coupling(series_run):
             )
             assert len(rows) == layers**2
             assert value == pytest.approx(rows["miscoupling"].to_numpy().mean())
-        row = fits.filter(
+        rows = fits.filter(
             (pl.col("generalisation") == "score_board")
             & (pl.col("k") == 2)
             & (pl.col("metric") == metric)
-        ).row(0, named=True)
-        assert row["coupling"] == f"coupling_k2{suffix}"
+        )
+        row = rows.filter(pl.col("form") == "linear").row(0, named=True)
+        assert row["predictor"] == f"coupling_k2{suffix}"
         reference = stats.linregress(-summary[column].to_numpy(), summary["score_board"].to_numpy())
         assert row["slope"] == pytest.approx(reference.slope)
         assert row["r2"] == pytest.approx(reference.rvalue**2)
         assert row["p_value"] == pytest.approx(reference.pvalue)
+        (curve,) = rows.filter(pl.col("form") == "exponential").iter_rows(named=True)
+        assert curve["predictor"] == f"coupling_k2{suffix}" and curve["n"] == 3
 
 
 def test_adding_a_model_to_a_series_reruns_only_its_chain_and_the_summary(
@@ -282,6 +319,27 @@ def test_adding_a_model_to_a_series_reruns_only_its_chain_and_the_summary(
     assert jobs == one_model | summaries | {"all": 1}
 
 
+def test_leaving_a_model_out_of_the_fits_reruns_only_the_summaries(
+    series_run, series_config, tmp_path
+):
+    """``exclude_from_fits`` keeps the model measured in the summary (``in_fits`` false)
+    and out of every fit: with two models left, the family has nothing to fit."""
+    workdir = tmp_path / "copy"
+    shutil.copytree(series_run, workdir, symlinks=True)
+    config = copy.deepcopy(series_config)
+    config["series"]["family"]["exclude_from_fits"] = ["tiny-random"]
+    write_config(workdir, config)
+    assert scheduled_jobs(workdir) == {"summarize_series": 1, "plot_series": 1, "all": 1}
+    run_ok(workdir)
+    results = workdir / "results/series/family"
+    summary = pl.read_csv(results / "summary.csv")
+    assert summary["in_fits"].to_list() == [False, True, True]
+    assert summary["score_board"].to_list() == [10.0, 20.0, 30.0]
+    assert pl.read_csv(results / "fits.csv").is_empty()
+    before = pl.read_csv(series_run / "results/series/family/summary.csv")
+    assert summary.drop("in_fits").equals(before.drop("in_fits"))
+
+
 def test_linear_fit_equals_scipy_linregress():
     rng = np.random.default_rng(3)
     x = rng.normal(size=12)
@@ -296,19 +354,164 @@ def test_linear_fit_equals_scipy_linregress():
 def test_fits_need_three_models():
     summary = pl.DataFrame(
         {
-            "model": ["a", "b"],
-            "x": [1, 2],
-            "dataset": [None, None],
-            "miscoupling_all_k10": [0.5, 0.6],
-            "score_s": [1.0, 2.0],
+            "model": ["a", "b", "c"],
+            "x": [1, 2, 3],
+            "dataset": [None, None, None],
+            "in_fits": [True, True, False],
+            "parameters": [10, 100, 1000],
+            "num_layers": [2, 4, 8],
+            "hidden_size": [8, 16, 32],
+            "miscoupling_all_k10": [0.5, 0.6, 0.7],
+            "score_s": [1.0, 2.0, 3.0],
         }
     )
-    assert coupling_fits(summary).is_empty()
+    assert series_fits(summary).is_empty()
+    assert len(series_fits(summary.with_columns(in_fits=True))) == 5
+
+
+def exponential_reference(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares y = a·exp(b·x) with a in closed form for each b, a(b) = Σ y e^{bx} /
+    Σ e^{2bx}, and b by a grid over [−20, 20] refined by Brent's method."""
+
+    def best_a(b: float) -> float:
+        e = np.exp(b * x)
+        return float(y @ e / (e @ e))
+
+    def loss(b: float) -> float:
+        return float(np.sum((y - best_a(b) * np.exp(b * x)) ** 2))
+
+    grid = np.linspace(-20.0, 20.0, 4001)
+    b0 = grid[np.argmin([loss(b) for b in grid])]
+    b = optimize.minimize_scalar(loss, bracket=(b0 - 0.01, b0, b0 + 0.01)).x
+    return best_a(b), b
+
+
+def test_exponential_fit_equals_a_direct_least_squares():
+    rng = np.random.default_rng(5)
+    x = -rng.uniform(0.4, 0.95, size=15)
+    exact = exponential_fit(x, 80.0 * np.exp(1.5 * x))
+    assert (exact["amplitude"], exact["rate"], exact["r2"]) == pytest.approx((80.0, 1.5, 1.0))
+    y = 80.0 * np.exp(1.5 * x) + rng.normal(scale=2.0, size=15)
+    fit = exponential_fit(x, y)
+    a, b = exponential_reference(x, y)
+    r2 = 1 - np.sum((y - a * np.exp(b * x)) ** 2) / np.sum((y - y.mean()) ** 2)
+    assert fit["amplitude"] == pytest.approx(a, rel=1e-5)
+    assert fit["rate"] == pytest.approx(b, rel=1e-5)
+    assert fit["r2"] == pytest.approx(r2, rel=1e-8)
+    assert fit["n"] == 15
+    negative = exponential_fit(x, -y)
+    assert (negative["amplitude"], negative["rate"]) == pytest.approx((-a, b), rel=1e-5)
+    assert exponential_fit(x, y - y.mean()) is None
+    flat = exponential_fit(x, np.full(15, 5.0))
+    assert (flat["amplitude"], flat["rate"], flat["r2"]) == pytest.approx((5.0, 0.0, 0.0))
+
+
+def test_exponential_fit_finds_the_global_least_squares_of_three_models():
+    """Three points where a start from the line of ln y ends in a local minimum
+    (rate −2.36, sum of squares 40 % above the least)."""
+    x = np.array([-0.45839362, -0.92350278, -0.97614865])
+    y = np.array([22.04921465, 27.99568102, 69.96566211])
+    fit = exponential_fit(x, y)
+    a, b = exponential_reference(x, y)
+    assert fit["rate"] == pytest.approx(b, rel=1e-5)
+    assert fit["amplitude"] == pytest.approx(a, rel=1e-4)
+
+
+def test_series_fits_of_scores_against_size_and_coupling_leave_out_excluded_members():
+    """Linear fits of the score on −m̃, log10 parameters, depth and width, the exponential
+    fit on −m̃, and the loss on −m̃: all over the members in the fits only."""
+    rng = np.random.default_rng(11)
+    n = 7
+    parameters = np.array([1e8, 3e8, 1e9, 2e9, 7e9, 1.3e10, 7e10])
+    miscoupling = rng.uniform(0.5, 0.9, size=n)
+    summary = pl.DataFrame(
+        {
+            "model": [f"m{i}" for i in range(n)],
+            "dataset": ["d"] * n,
+            "in_fits": [True, True, False, True, True, True, True],
+            "parameters": parameters.astype(np.int64),
+            "num_layers": [12, 24, 24, 32, 32, 40, 80],
+            "hidden_size": [768, 1024, 2048, 2560, 4096, 5120, 8192],
+            "miscoupling_all_k10": miscoupling,
+            "loss": rng.uniform(2.0, 3.0, size=n),
+            "score_board": 150.0 * np.exp(-1.2 * miscoupling) + rng.normal(scale=3.0, size=n),
+        }
+    )
+    fits = series_fits(summary)
+    kept = summary.filter(pl.col("in_fits"))
+    score = kept["score_board"].to_numpy()
+    coupling = -kept["miscoupling_all_k10"].to_numpy()
+    expected = {
+        ("coupling_k10", "score_board"): coupling,
+        ("coupling_k10", "loss"): coupling,
+        ("log10_parameters", "score_board"): np.log10(kept["parameters"].to_numpy()),
+        ("num_layers", "score_board"): kept["num_layers"].to_numpy(),
+        ("hidden_size", "score_board"): kept["hidden_size"].to_numpy(),
+    }
+    linear = fits.filter(pl.col("form") == "linear")
+    assert len(linear) == len(expected)
+    for row in linear.iter_rows(named=True):
+        x = expected[(row["predictor"], row["generalisation"])]
+        y = kept[row["generalisation"]].to_numpy()
+        reference = stats.linregress(x, y)
+        assert row["n"] == n - 1
+        assert row["slope"] == pytest.approx(reference.slope, rel=1e-10)
+        assert row["intercept"] == pytest.approx(reference.intercept, rel=1e-10)
+        assert row["r2"] == pytest.approx(reference.rvalue**2, rel=1e-10)
+        assert row["p_value"] == pytest.approx(reference.pvalue, rel=1e-8)
+        assert (row["k"], row["metric"]) == (
+            (10, "paper") if row["predictor"] == "coupling_k10" else (None, None)
+        )
+    (curve,) = fits.filter(pl.col("form") == "exponential").iter_rows(named=True)
+    a, b = exponential_reference(coupling, score)
+    assert (curve["predictor"], curve["generalisation"], curve["n"]) == (
+        "coupling_k10",
+        "score_board",
+        n - 1,
+    )
+    assert curve["amplitude"] == pytest.approx(a, rel=1e-5)
+    assert curve["rate"] == pytest.approx(b, rel=1e-5)
+    assert curve["slope"] is None and curve["p_value"] is None
+
+
+def test_excluded_members_by_key_or_by_the_key_they_expand_from():
+    models = ["pythia@step0", "pythia@step512", "gemma-1.1-7b", "gemma-7b"]
+    assert excluded_members(models, ["gemma-1.1-7b"]) == {"gemma-1.1-7b"}
+    assert excluded_members(models, ["pythia"]) == {"pythia@step0", "pythia@step512"}
+    assert excluded_members(models, ["pythia@step0"]) == {"pythia@step0"}
+    assert excluded_members(models, []) == set()
+    with pytest.raises(LayerlawsError, match=r"names \['gemma-1.1-2b'\]"):
+        excluded_members(models, ["gemma-1.1-7b", "gemma-1.1-2b"])
+
+
+def test_trajectory_columns_are_mean_and_median_of_each_twin(tmp_path):
+    rng = np.random.default_rng(2)
+    n = 9
+    values = {m: rng.lognormal(size=2 * n) for m in ("lss", "expodistance", "equidistance_cv")}
+    tokens = pl.DataFrame(
+        {
+            "weights": ["trained"] * n + ["random"] * n,
+            "prompt": ["0"] * 2 * n,
+            "token": list(range(n)) * 2,
+        }
+        | values
+    )
+    tokens.write_csv(tmp_path / "tokens.csv")
+    columns = trajectory_columns(str(tmp_path / "tokens.csv"))
+    expected = {}
+    for twin, rows in (("", slice(0, n)), ("_random", slice(n, 2 * n))):
+        for measure, column in values.items():
+            expected[f"{measure}_mean{twin}"] = np.mean(column[rows])
+            expected[f"{measure}_median{twin}"] = np.median(column[rows])
+    assert columns.keys() == expected.keys()
+    for name, value in expected.items():
+        assert columns[name] == pytest.approx(value, rel=1e-12), name
 
 
 def test_summary_columns_of_every_metric_are_read_and_fitted(tmp_path):
-    """A depth table of two metrics gives the paper's columns unsuffixed and the other's
-    with its name; the fits carry the metric and its K."""
+    """A depth table of two metrics, the paper's m̃ (Eq. 14) and the unnormalised m (Eq.
+    13), gives the paper's columns unsuffixed and the other's with its name; the fits
+    carry the metric and its K."""
     depth = pl.DataFrame(
         {
             "weights": ["trained"] * 4 + ["random"],
@@ -316,7 +519,7 @@ def test_summary_columns_of_every_metric_are_read_and_fitted(tmp_path):
             "layer_a": [1, 1, 1, 2, 1],
             "layer_b": [1, 2, 2, 2, 2],
             "k": [3, 3, 3, 3, 3],
-            "metric": ["paper", "paper", "released_norm", "released_norm", "paper"],
+            "metric": ["paper", "paper", "unnormalised", "unnormalised", "paper"],
             "miscoupling": [0.0, 0.5, 1.5, 0.25, 0.9],
         }
     )
@@ -324,24 +527,30 @@ def test_summary_columns_of_every_metric_are_read_and_fitted(tmp_path):
     assert coupling_columns(str(tmp_path / "depth.csv")) == {
         "miscoupling_all_k3": 0.25,
         "miscoupling_offdiagonal_k3": 0.5,
-        "miscoupling_all_k3_released_norm": 0.875,
-        "miscoupling_offdiagonal_k3_released_norm": 1.5,
+        "miscoupling_all_k3_unnormalised": 0.875,
+        "miscoupling_offdiagonal_k3_unnormalised": 1.5,
     }
     summary = pl.DataFrame(
         {
             "model": ["a", "b", "c"],
             "dataset": [None, None, None],
-            "miscoupling_all_k3_released_norm": [0.5, 0.7, 0.6],
+            "in_fits": [True, True, True],
+            "parameters": [100, 100, 100],
+            "num_layers": [2, 2, 2],
+            "hidden_size": [8, 8, 8],
+            "miscoupling_all_k3_unnormalised": [0.5, 0.7, 0.6],
             "score_s": [3.0, 1.0, 2.5],
         }
     )
-    (fit,) = coupling_fits(summary).iter_rows(named=True)
+    fit, curve = series_fits(summary).iter_rows(named=True)
     reference = stats.linregress([-0.5, -0.7, -0.6], [3.0, 1.0, 2.5])
-    assert (fit["coupling"], fit["k"], fit["metric"]) == (
-        "coupling_k3_released_norm",
-        3,
-        "released_norm",
-    )
+    for row, form in ((fit, "linear"), (curve, "exponential")):
+        assert (row["predictor"], row["k"], row["metric"], row["form"]) == (
+            "coupling_k3_unnormalised",
+            3,
+            "unnormalised",
+            form,
+        )
     assert fit["slope"] == pytest.approx(reference.slope)
 
 

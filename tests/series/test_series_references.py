@@ -15,8 +15,9 @@ own training corpus), without that module's family series. References:
 - ``miscoupling_all_k{K}`` / ``miscoupling_offdiagonal_k{K}``: the mean over prompts of
   the mean m̃ over all L² layer pairs / the pairs l ≠ l′, from the per-prompt rows of
   ``depth.csv`` (trained weights; the paper's metric where a ``metric`` column exists);
-- ``lss_median``, ``expodistance_median``, ``equidistance_cv_median``: NumPy medians over
-  the trained weights' rows of ``trajectories/tokens.csv``;
+- ``{lss,expodistance,equidistance_cv}_{mean,median}[_random]``: NumPy means and medians
+  over the trained (random: the step-0 checkpoint's) rows of ``trajectories/tokens.csv``;
+- ``in_fits``: true (the series excludes nothing);
 - ``rcos_we_next``, ``rcos_wu_pre``: the (W_E, next) and (W_U, pre) rows of ``rcos.csv``.
 """
 
@@ -70,6 +71,7 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
         "model": model,
         "x": step,
         "dataset": "mini",
+        "in_fits": True,
         "parameters": sum(array.size for array in weights.values()),
         "num_layers": config["num_hidden_layers"],
         "hidden_size": config["hidden_size"],
@@ -118,13 +120,14 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
         assert block.height == len(per_prompt) * config["num_hidden_layers"] ** 2
         row[f"miscoupling_all_k{k}"] = np.mean([every for every, _ in per_prompt])
         row[f"miscoupling_offdiagonal_k{k}"] = np.mean([off for _, off in per_prompt])
-    tokens = paper_rows(
-        pl.read_csv(
-            results / f"coupling/{model}/few/trajectories/tokens.csv", schema_overrides=STRING_KEYS
-        )
-    ).filter(pl.col("weights") == "trained")
-    for column in ("lss", "expodistance", "equidistance_cv"):
-        row[f"{column}_median"] = np.median(tokens[column].to_numpy())
+    tokens = pl.read_csv(
+        results / f"coupling/{model}/few/trajectories/tokens.csv", schema_overrides=STRING_KEYS
+    )
+    for weights, suffix in (("trained", ""), ("random", "_random")):
+        twin = tokens.filter(pl.col("weights") == weights)
+        for column in ("lss", "expodistance", "equidistance_cv"):
+            row[f"{column}_mean{suffix}"] = np.mean(twin[column].to_numpy())
+            row[f"{column}_median{suffix}"] = np.median(twin[column].to_numpy())
     (rcos_path,) = (results / f"signatures/{model}").glob("*/rcos.csv")
     rcos = {(m, s): r for m, s, r, _ in pl.read_csv(rcos_path).iter_rows()}
     row |= {"rcos_we_next": rcos[("W_E", "next")], "rcos_wu_pre": rcos[("W_U", "pre")]}
@@ -147,7 +150,7 @@ def test_summary_columns_are_the_aggregates_of_the_model_outputs(training_series
     diffs = {}
     for row, reference in zip(summary.iter_rows(named=True), expected, strict=True):
         for column, value in reference.items():
-            if isinstance(value, str):
+            if isinstance(value, str | bool):
                 assert row[column] == value, (column, row[column], value)
             else:
                 scale = max(abs(value), 1.0)
@@ -168,9 +171,10 @@ def test_fits_are_scipy_linregress_of_loss_on_coupling(training_series):
     summary = pl.read_csv(results / "summary.csv")
     fits = paper_rows(pl.read_csv(results / "fits.csv"))
     assert sorted(fits["k"].to_list()) == KS and set(fits["generalisation"]) == {"loss"}
+    assert set(fits["form"]) == {"linear"}
     diffs: dict[str, float] = {}
     for row in fits.iter_rows(named=True):
-        assert row["coupling"] == f"coupling_k{row['k']}" and row["dataset"] == "mini"
+        assert row["predictor"] == f"coupling_k{row['k']}" and row["dataset"] == "mini"
         x = -summary[f"miscoupling_all_k{row['k']}"].to_numpy()
         fit = stats.linregress(x, summary["loss"].to_numpy())
         assert row["n"] == len(x)

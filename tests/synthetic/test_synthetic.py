@@ -1,11 +1,14 @@
-"""Yao & Xu's addition tasks: the data follow the task definitions, the signatures equal
-counts done here by hand, R_order is Pearson's r on the off-diagonal pairs, training is
-deterministic and stacking seeds changes nothing, and the stage runs in Snakemake."""
+"""Yao & Xu's addition tasks: the data follow the task definitions (with or without a
+held-out split), the signatures equal counts done here from Eq. 4, those the paper calls
+identical across anchors are, R_order is Pearson's r on the off-diagonal pairs, training is
+deterministic, stacking seeds changes nothing, the snapshot epoch holds that epoch's
+weights, and the stage runs in Snakemake."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import matplotlib
 import numpy as np
 import polars as pl
 import pytest
@@ -13,11 +16,14 @@ import scipy.stats
 from snakemake_runs import run_ok, write_config
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.geometry import cosine_matrix
-from layerlaws.synthetic.models import train_addition
+from layerlaws.core.geometry import cosine_matrix, off_diagonal
+from layerlaws.pipeline.targets import SYNTHETIC_FIGURES
+from layerlaws.synthetic.models import accuracy, initial_embeddings, train_addition
+from layerlaws.synthetic.plots import anchor_rows, plot_dynamics, plot_weight_pca
 from layerlaws.synthetic.settings import SyntheticTrainingSettings
 from layerlaws.synthetic.summary import alignment
 from layerlaws.synthetic.tasks import (
+    SIGNATURE_INPUTS,
     TASKS,
     AdditionTask,
     generate,
@@ -55,6 +61,9 @@ def test_data_follow_the_task_definitions(kind):
     np.testing.assert_array_equal(data.train_labels, task.labels(data.train_inputs))
     again = generate(task, 3000, 0.25, seed=4)
     np.testing.assert_array_equal(again.train_inputs, data.train_inputs)
+    whole = generate(task, 50000, 0.0, seed=4)
+    assert whole.test_inputs.shape == (0, 3) and whole.test_labels.shape == (0,)
+    assert {tuple(row) for row in whole.train_inputs} == {tuple(row) for row in inputs}
 
 
 def test_keys_must_lie_above_the_anchor_sums():
@@ -62,52 +71,107 @@ def test_keys_must_lie_above_the_anchor_sums():
         AdditionTask.of("add", [11, 20], [30, 60])
 
 
+@pytest.mark.parametrize("signature_inputs", SIGNATURE_INPUTS)
 @pytest.mark.parametrize("kind", TASKS)
-def test_signatures_equal_counts_by_hand(kind):
-    task = AdditionTask.of(kind, ANCHORS, KEYS)
-    data = generate(task, 2000, 0.2, seed=1)
-    found = signatures(task, data.train_inputs, data.train_labels)
+def test_signatures_equal_a_direct_count_of_eq_4(kind, signature_inputs):
+    """Yao & Xu §4 (Eq. 4), counted sample by sample: x ∈ X is membership of the set of
+    X's tokens; ``keys`` leaves the anchors out of x′ in φ^X_α and φ^(X|y)_α."""
+    task = AdditionTask.of(kind, [1, 3], [7, 10])
+    data = generate(task, 400, 0.25, seed=2)
+    found = signatures(task, data.train_inputs, data.train_labels, signature_inputs)
     vocab = task.vocab_size
-    for index, anchor in enumerate(task.anchors):
-        samples = [
-            (set(row.tolist()), int(label))
-            for row, label in zip(data.train_inputs, data.train_labels, strict=True)
-            if anchor in row
-        ]
-        label_counts = np.zeros(vocab)
-        context_counts = np.zeros(vocab)
-        for tokens, label in samples:
-            label_counts[label] += 1
-            for token in tokens:
-                if token not in task.anchors:
-                    context_counts[token] += 1
-        np.testing.assert_allclose(found.label[index], label_counts / len(samples))
-        np.testing.assert_allclose(found.context[index], context_counts / len(samples))
-        joint = found.context_given_label[index].reshape(vocab, vocab)
-        for label in {label for _, label in samples}:
-            given = [tokens for tokens, of in samples if of == label]
-            expected = np.zeros(vocab)
-            for tokens in given:
-                for token in tokens - set(task.anchors):
-                    expected[token] += 1
-            np.testing.assert_allclose(joint[label], expected / len(given))
-    for row, label in zip(found.label_context, found.label_domain, strict=True):
-        rows = data.train_inputs[data.train_labels == label]
-        expected = np.zeros(vocab)
-        for tokens in rows:
-            for token in set(tokens.tolist()):
-                expected[token] += 1
-        np.testing.assert_allclose(row, expected / len(rows))
+    samples = [
+        (set(row.tolist()), int(y))
+        for row, y in zip(data.train_inputs, data.train_labels, strict=True)
+    ]
+    tokens = [t for t in range(vocab) if signature_inputs == "all" or t not in task.anchors]
+    for index, x in enumerate(task.anchors):
+        with_x = [(X, y) for X, y in samples if x in X]
+        phi_y = np.zeros(vocab)
+        phi_x = np.zeros(vocab)
+        phi_xy = np.zeros((vocab, vocab))
+        for nu in range(vocab):
+            phi_y[nu] = sum(y == nu for _, y in with_x) / len(with_x)
+            given = [X for X, y in with_x if y == nu]
+            for other in tokens:
+                if given:
+                    phi_xy[nu, other] = sum(other in X for X in given) / len(given)
+        for other in tokens:
+            phi_x[other] = sum(other in X for X, _ in with_x) / len(with_x)
+        np.testing.assert_allclose(found.label[index], phi_y, rtol=1e-12)
+        np.testing.assert_allclose(found.context[index], phi_x, rtol=1e-12)
+        np.testing.assert_allclose(
+            found.context_given_label[index].reshape(vocab, vocab), phi_xy, rtol=1e-12
+        )
+        if signature_inputs == "all":
+            assert found.context[index, x] == 1.0  # P(α ∈ X | α ∈ X)
+    assert list(found.label_domain) == sorted({y for _, y in samples})
+    for row, nu in zip(found.label_context, found.label_domain, strict=True):
+        given = [X for X, y in samples if y == nu]
+        expected = [sum(t in X for X in given) / len(given) for t in range(vocab)]
+        np.testing.assert_allclose(row, expected, rtol=1e-12)
 
 
-def test_the_distinct_signature_is_the_ordered_one():
-    """f_add: φ^y orders the anchors, φ^X is nearly identical across them; f̃_add the other
-    way round; f_mod: only φ^(X|y) orders them (paper §5, Fig. 3A)."""
+IDENTICAL = {"add": ["context"], "add_same_range": ["label"], "mod": ["label", "context"]}
+"""The signatures Yao & Xu §5 call identical across anchors, per task."""
+DISTINCT = {"add": "label", "add_same_range": "context", "mod": "context_given_label"}
+"""The signature §5 calls distinct across anchors, per task."""
+
+
+def _swap(row: np.ndarray, first: int, second: int) -> np.ndarray:
+    swapped = row.copy()
+    swapped[[first, second]] = swapped[[second, first]]
+    return swapped
+
+
+@pytest.mark.parametrize("kind", TASKS)
+def test_the_paper_s_identical_signatures_are_identical_without_a_test_split(kind):
+    """Over the whole task (every distinct input once: the distribution the paper's data
+    are drawn from) the signatures §5 calls identical are: exactly over the keys, and with
+    Eq. 4's anchors up to exchanging the two anchors' own tokens (so every anchor pair has
+    the same cosine). 50,000 draws with ``test_fraction`` 0 match them but for sampling
+    noise; the signature that differs across anchors does differ."""
+    task = AdditionTask.of(kind, ANCHORS, KEYS)
+    inputs = task.inputs()
+    keys_only = signatures(task, inputs, task.labels(inputs), "keys")
+    every = signatures(task, inputs, task.labels(inputs), "all")
+    first = task.anchors[0]
+    for name in IDENTICAL[kind]:
+        for index, anchor in enumerate(task.anchors):
+            np.testing.assert_allclose(getattr(keys_only, name)[index], getattr(keys_only, name)[0])
+            np.testing.assert_allclose(
+                _swap(getattr(every, name)[index], first, anchor), getattr(every, name)[0]
+            )
+        assert np.ptp(off_diagonal(cosine_matrix(getattr(every, name)))) < 1e-12
+    assert np.ptp(off_diagonal(cosine_matrix(getattr(keys_only, DISTINCT[kind])))) > 0.1
+    drawn = generate(task, 50000, 0.0, seed=0)
+    sampled = signatures(task, drawn.train_inputs, drawn.train_labels, "keys")
+    for name in IDENTICAL[kind]:
+        assert off_diagonal(cosine_matrix(getattr(sampled, name))).min() > 0.99
+
+
+@pytest.mark.parametrize("signature_inputs", SIGNATURE_INPUTS)
+def test_the_distinct_signature_is_the_ordered_one(signature_inputs):
+    """Over the whole task the signature §5 calls distinct orders the anchors (paper
+    Fig. 3A: f_add φ^y, f̃_add φ^X, f_mod φ^(X|y)), with or without the anchors' own
+    tokens."""
+    for kind in TASKS:
+        task = AdditionTask.of(kind, ANCHORS, KEYS)
+        inputs = task.inputs()
+        found = signatures(task, inputs, task.labels(inputs), signature_inputs)
+        assert r_order(cosine_matrix(getattr(found, DISTINCT[kind])), task.anchors) < -0.9
+
+
+def test_the_paper_s_data_keep_the_order_over_the_keys_only():
+    """50,000 draws without a test split (the paper's data), x′ over the keys: each task's
+    distinct signature orders the anchors and the others do not (Fig. 3A). Counting the
+    anchors' own tokens (Eq. 4 as written) adds terms common to every anchor pair that
+    squeeze f̃_add's φ^X cosines into a span under 0.01, which sampling noise hides."""
     orders = {}
     for kind in TASKS:
         task = AdditionTask.of(kind, ANCHORS, KEYS)
         data = generate(task, 50000, 0.0, seed=0)
-        found = signatures(task, data.train_inputs, data.train_labels)
+        found = signatures(task, data.train_inputs, data.train_labels, "keys")
         orders[kind] = {
             name: r_order(cosine_matrix(getattr(found, name)), task.anchors)
             for name in ("label", "context", "context_given_label")
@@ -117,6 +181,13 @@ def test_the_distinct_signature_is_the_ordered_one():
     assert abs(orders["add_same_range"]["label"]) < 0.5
     assert orders["mod"]["context_given_label"] < -0.9
     assert abs(orders["mod"]["label"]) < 0.5 and abs(orders["mod"]["context"]) < 0.5
+    task = AdditionTask.of("add_same_range", ANCHORS, KEYS)
+    inputs = task.inputs()
+    exact = signatures(task, inputs, task.labels(inputs), "all").context
+    assert np.ptp(off_diagonal(cosine_matrix(exact))) < 0.01
+    data = generate(task, 50000, 0.0, seed=0)
+    sampled = signatures(task, data.train_inputs, data.train_labels, "all").context
+    assert abs(r_order(cosine_matrix(sampled), task.anchors)) < 0.5
 
 
 def test_r_order_is_pearson_on_the_off_diagonal_pairs():
@@ -152,6 +223,89 @@ def test_training_is_deterministic_and_seeds_stack_independently():
     assert [row["epoch"] for row in first.rows] == [0, 0, 1, 1, 3, 3]
 
 
+def test_the_snapshot_epoch_holds_that_epoch_s_weights():
+    """The snapshot epoch is recorded even when ``records`` skips it, with the weights a
+    training stopping there ends with; beyond the last epoch it is the last epoch."""
+    task = AdditionTask.of("add", ANCHORS, KEYS)
+    data = generate(task, 1000, 0.2, seed=0)
+    domain = np.unique(data.train_labels)
+    settings = replace(SMALL, records=[0, 3], snapshot_epoch=2)
+    record = train_addition(task, "linear", data, settings, domain)
+    assert record.epochs == [0, 2, 3] and record.snapshot_epoch == 2
+    stopped = train_addition(task, "linear", data, replace(settings, epochs=2, records=[2]), domain)
+    np.testing.assert_array_equal(record.anchor_embeddings[1], stopped.anchor_embeddings[-1])
+    np.testing.assert_array_equal(record.label_unembeddings[1], stopped.label_unembeddings[-1])
+    assert not np.array_equal(record.anchor_embeddings[1], record.anchor_embeddings[2])
+    beyond = train_addition(task, "linear", data, replace(SMALL, snapshot_epoch=120), domain)
+    assert beyond.snapshot_epoch == 3 and beyond.epochs == [0, 1, 3]
+
+
+def test_accuracy_is_nan_without_inputs_and_counts_hits_otherwise():
+    task = AdditionTask.of("add", ANCHORS, KEYS)
+    embedding, unembedding = initial_embeddings([0, 1], task.vocab_size, 8, 0.8)
+    empty = accuracy("ffn", embedding, unembedding, np.zeros((0, 3), np.int64), np.zeros(0))
+    assert empty.shape == (2,) and np.isnan(empty).all()
+    inputs = task.inputs()[:50]
+    summed = embedding[:, inputs].sum(dim=2)
+    predicted = (summed @ unembedding.transpose(1, 2)).argmax(dim=2).numpy()
+    labels = predicted[0].copy()
+    expected = [1.0, float(np.mean(predicted[1] == labels))]
+    np.testing.assert_allclose(accuracy("linear", embedding, unembedding, inputs, labels), expected)
+
+
+def test_a_shown_label_outside_the_task_is_named():
+    """Yao & Xu's Fig. 1A shows f_mod's φ^(X|y) at y = 160, which f_mod's labels (101…140)
+    never take."""
+    task = AdditionTask.of("mod", ANCHORS, KEYS)
+    found = signatures(task, task.inputs(), task.labels(task.inputs()))
+    arrays = {"label": found.label, "context_given_label": found.context_given_label}
+    arrays["label_domain"] = found.label_domain
+    rows = anchor_rows(arrays, "mod", "context_given_label", 120)
+    vocab = task.vocab_size
+    np.testing.assert_array_equal(rows[3], found.context_given_label[3].reshape(vocab, vocab)[120])
+    with pytest.raises(LayerlawsError, match=r"shown_labels\.mod: 160 is not a label.*101…140"):
+        anchor_rows(arrays, "mod", "context_given_label", 160)
+
+
+def test_the_figures_say_what_they_show(tmp_path):
+    """Without test inputs the accuracy panel says so; the PCA figures name the snapshot
+    epoch and mark a model that was not trained (text kept as text in the SVG)."""
+    task = AdditionTask.of("add", ANCHORS, KEYS)
+    data = generate(task, 1000, 0.0, seed=0)
+    domain = np.unique(data.train_labels)
+    settings = replace(SMALL, snapshot_epoch=2, seeds=(0,))
+    record = train_addition(task, "linear", data, settings, domain)
+    weights = {
+        ("add", "linear"): {
+            "epochs": np.array(record.epochs),
+            "snapshot_epoch": np.array(record.snapshot_epoch),
+            "anchors": np.array(task.anchors),
+            "label_domain": domain,
+            "anchor_embeddings": np.stack(record.anchor_embeddings),
+            "label_unembeddings": np.stack(record.label_unembeddings),
+        }
+    }
+    options = {"format": "svg", "dpi": 50, "width": 6.0}
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        plot_dynamics(
+            {("add", "linear"): pl.DataFrame(record.rows)}, path=tmp_path / "d.svg", options=options
+        )
+        plot_weight_pca(
+            weights,
+            ["add"],
+            "linear",
+            "anchor_embeddings",
+            path=tmp_path / "e.svg",
+            options=options,
+        )
+        plot_weight_pca(
+            weights, ["add"], "ffn", "label_unembeddings", path=tmp_path / "u.svg", options=options
+        )
+    assert "training accuracy (no held-out inputs)" in (tmp_path / "d.svg").read_text()
+    assert "F_lin, epoch 2" in (tmp_path / "e.svg").read_text()
+    assert "not trained" in (tmp_path / "u.svg").read_text()
+
+
 def test_the_linear_model_orders_the_anchors_of_f_add():
     task = AdditionTask.of("add", ANCHORS, KEYS)
     data = generate(task, 5000, 0.2, seed=0)
@@ -163,6 +317,7 @@ def test_the_linear_model_orders_the_anchors_of_f_add():
 
 
 def test_the_stage_runs_in_snakemake(tmp_path):
+    """Without a test split (the paper's data) and with the snapshot inside training."""
     write_config(
         tmp_path,
         {
@@ -170,11 +325,14 @@ def test_the_stage_runs_in_snakemake(tmp_path):
                 "tasks": ["add", "mod"],
                 "models": ["linear", "ffn"],
                 "n_samples": 1000,
+                "test_fraction": 0,
                 "hidden_size": 16,
                 "learning_rate": 1e-2,
                 "epochs": 2,
-                "records": 3,
+                "records": 2,
                 "seeds": [0, 1],
+                "snapshot_epoch": 1,
+                "shown_labels": {"add": 140, "mod": 110},
             },
         },
     )
@@ -183,9 +341,19 @@ def test_the_stage_runs_in_snakemake(tmp_path):
     summary = pl.read_csv(results / "summary.csv")
     assert summary.height == 4 and (summary["seeds"] == 2).all()
     assert {"r_order_mean", "r_order_sd", "alignment_label"} <= set(summary.columns)
+    assert summary["test_accuracy"].is_nan().all() and (summary["train_accuracy"] > 0).all()
     table = pl.read_csv(results / "add/linear/r_order.csv")
     assert table.columns == ["epoch", "seed", "r_order", "train_accuracy", "test_accuracy"]
     assert sorted(table["epoch"].unique()) == [0, 1, 2]
-    for name in ("dynamics", "embeddings", "signatures", "unembedding"):
+    assert table["test_accuracy"].is_nan().all()
+    with np.load(results / "add/ffn/weights.npz") as weights:
+        assert int(weights["snapshot_epoch"]) == 1 and list(weights["epochs"]) == [0, 1, 2]
+    with np.load(results / "add/data.npz") as data:
+        assert data["test_inputs"].shape == (0, 3)
+    with np.load(results / "add/signatures.npz") as found:
+        assert str(found["signature_inputs"]) == "all"
+        assert (found["context"][np.arange(10), found["anchors"]] == 1.0).all()
+    for name in SYNTHETIC_FIGURES:
         assert (results / f"{name}.svg").stat().st_size > 1000
-    assert pl.read_csv(results / "mod/signatures.csv").height == 3
+    signature_table = pl.read_csv(results / "mod/signatures.csv")
+    assert signature_table.height == 3 and "cosine_spread" in signature_table.columns

@@ -8,9 +8,14 @@ import pytest
 from config_blocks import rule_params, validated_block
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.synthetic.settings import SyntheticDataSettings, SyntheticTrainingSettings
+from layerlaws.synthetic.settings import (
+    ShownLabels,
+    SyntheticDataSettings,
+    SyntheticPlotSettings,
+    SyntheticTrainingSettings,
+)
 
-CLASSES = (SyntheticDataSettings, SyntheticTrainingSettings)
+CLASSES = (SyntheticDataSettings, SyntheticTrainingSettings, SyntheticPlotSettings)
 
 
 @pytest.fixture
@@ -27,6 +32,11 @@ def test_the_default_block_arrives_with_its_types(block):
     assert training.seeds == (0, 1, 2) and isinstance(training.learning_rate, float)
     listed = SyntheticTrainingSettings.from_config({**block, "records": [0, 5], "hidden_size": 8})
     assert listed.records == (0, 5) and listed.hidden_size == 8
+    assert data.signature_inputs == "all" and training.snapshot_epoch == 120
+    assert training.snapshot == 10  # the default config trains 10 epochs
+    plots = SyntheticPlotSettings.from_config(block)
+    assert plots.shown_labels == ShownLabels(add=150, add_same_range=120, mod=120)
+    assert plots.shown_labels.of("add_same_range") == 120
 
 
 def test_the_settings_define_the_task(block):
@@ -58,11 +68,14 @@ def test_a_missing_key_is_named(block, cls, key):
         ("learning_rate", "1e-3", r"synthetic\.learning_rate: expected a number"),
         ("records", 2.5, r"synthetic\.records: expected an integer, got 2\.5; or expected a"),
         ("seeds", [0, None], r"synthetic\.seeds: expected an integer, got None"),
+        ("signature_inputs", "anchors", r"synthetic\.signature_inputs: expected one of all, keys"),
+        ("shown_labels", {"add": 150}, r"synthetic\.shown_labels\.add_same_range is missing"),
     ],
 )
 def test_an_invalid_value_is_named(block, key, value, message):
     with pytest.raises(LayerlawsError, match=message):
-        SyntheticTrainingSettings.from_config({**block, key: value})
+        for cls in CLASSES:
+            cls.from_config({**block, key: value})
 
 
 def test_a_missing_settings_param_is_named():

@@ -76,3 +76,19 @@ def test_hub_loader_on_a_local_dataset_folder(tmp_path, texts):
     assert len(streamed) == 12 and set(streamed["text"]) <= {t.strip() for t in texts[:40]}
     with pytest.raises(LayerlawsError, match="could not load dataset"):
         sample_sentences({**source, "name": str(tmp_path / "missing")}, 5, 0)
+
+
+def test_a_hub_source_keeps_the_rows_its_where_names(tmp_path, texts):
+    """``where`` on a nested field (the Pile's ``meta.pile_set_name``), map-style and
+    streamed: only the matching rows are sampled."""
+    folder = tmp_path / "pile"
+    folder.mkdir()
+    subsets = ["DM Mathematics" if i % 3 == 0 else "Github" for i in range(len(texts))]
+    pl.DataFrame(
+        {"text": texts, "meta": [{"pile_set_name": subset} for subset in subsets]}
+    ).write_parquet(folder / "train.parquet")
+    expected = {t.strip() for t, s in zip(texts, subsets, strict=True) if s == "DM Mathematics"}
+    source = {"kind": "hub", "name": str(folder), "where": {"meta.pile_set_name": "DM Mathematics"}}
+    for streaming in (False, True):
+        sample = sample_sentences({**source, "streaming": streaming}, "all", sample_seed=0)
+        assert set(sample["text"]) == expected

@@ -22,6 +22,7 @@ from snakemake_runs import REPO, dry_run, run_ok, scheduled_jobs, snakemake, wri
 
 from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.pipeline.planning import JobPlanner
+from layerlaws.pipeline.targets import COUPLING_FIGURES, TRAJECTORY_FIGURES
 
 pytestmark = pytest.mark.slow
 
@@ -125,8 +126,9 @@ def test_streamed_pr_equals_lstsq_on_the_kept_states(finished, model):
     hidden = HiddenStates.open(finished / "results/hidden" / model / "mini")
     pr = pl.read_csv(finished / "results/equilearning" / model / "mini/pr.csv")
     for row in pr.iter_rows(named=True):
+        shuffled = row["control"] == "shuffled_vocab"
         expected, n_rows = reference_pr(
-            hidden, row["layer"], row["offset"], row["norm"], row["control"] == "shuffled_vocab"
+            hidden, row["layer"], row["offset"], row["norm"], shuffled, shuffle="present"
         )
         assert row["n_rows"] == n_rows
         assert row["pr"] == pytest.approx(expected, abs=1e-9), row
@@ -188,8 +190,10 @@ def test_coupling_and_trajectory_outputs(finished):
     ]
     assert set(depth["weights"]) == {"trained", "random"}
     assert set(depth["prompt"]) == {"0", "1", "mean"}
-    assert len(depth) == 2 * 3 * 4 * 4 * 2
-    assert depth["miscoupling"].is_between(0, 1).all()
+    assert set(depth["metric"]) == {"paper", "unnormalised"}  # the default coupling.metrics
+    assert len(depth) == 2 * 3 * 4 * 4 * 2 * 2
+    assert depth.filter(pl.col("metric") == "paper")["miscoupling"].is_between(0, 1).all()
+    assert (depth["miscoupling"] >= 0).all()
     tokens = pl.read_csv(coupling / "tokens.csv", schema_overrides={"prompt": pl.String})
     assert tokens.columns == [
         "weights",
@@ -212,8 +216,10 @@ def test_coupling_and_trajectory_outputs(finished):
     assert singular_values.columns == ["weights", "prompt", "layer", "rank", "singular_value"]
     assert len(singular_values) == 2 * 2 * 4 * 4  # weights × prompts × layers × max K
     assert (singular_values["singular_value"].diff().filter(singular_values["rank"] > 1) <= 0).all()
-    for name in ("depth", "tokens", "adjacency", "singular_values"):
+    for name in COUPLING_FIGURES:
         assert (coupling / f"{name}.svg").stat().st_size > 1000
+    with np.load(coupling / "couplings.npz") as kept:
+        assert kept["depth/trained/0"].shape == (4, 4, 2, 2)  # L × L × K × K at the smallest K
     trajectories = coupling / "trajectories"
     shape = pl.read_csv(trajectories / "tokens.csv", schema_overrides={"prompt": pl.String})
     assert shape.columns == [
@@ -235,10 +241,12 @@ def test_coupling_and_trajectory_outputs(finished):
         "norm",
         "step_length",
         "lss_window",
+        "logit_entropy",
+        "next_token_loss",
     ]
     assert sorted(layers["layer"].unique()) == [0, 1, 2, 3, 4]
     assert layers.filter(pl.col("layer") == 0)["lss_window"].is_nan().all()
-    for name in ("shape", "pca", "layers"):
+    for name in TRAJECTORY_FIGURES:
         assert (trajectories / f"{name}.svg").stat().st_size > 1000
 
 
@@ -456,13 +464,16 @@ def test_bad_input_stops_with_clear_messages_and_leaves_nothing_half_written(bas
 
 
 def test_paper_config_dry_runs(tmp_path):
-    """The paper config plans its runs and its three series: Pythia-1B's checkpoints (one
-    model per revision), the GPT-2 sizes, the coupling of Aubry et al.'s base models."""
+    """The paper config plans every experiment it configures: the runs, the nine series
+    (Pythia-1B's checkpoints, one model per revision; the GPT-2, RWKV-Raven and Mamba
+    sizes; the data-constrained GPT-2 models; Aubry et al.'s base models and Pythia
+    checkpoints), Yao & Xu's five trained models against their own corpora."""
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
-    assert jobs["summarize_series"] == 3 and jobs["plot_series"] == 3
-    # 20 models on their datasets, 19 checkpoints and 3 GPT-2 sizes on BookCorpus.
-    assert jobs["equilearning_pass"] == 46
-    # 19 checkpoints and 24 base models on the leaderboard prompts.
-    assert jobs["measure_coupling"] == 43
-    # The four probing datasets the runs use and the six leaderboard datasets.
-    assert jobs["sample_sentences"] == 10
+    assert jobs["summarize_series"] == 9 and jobs["plot_series"] == 9
+    # 65 runs, 19 Pythia-1B checkpoints, 19 more members of the size and data series.
+    assert jobs["equilearning_pass"] == 103
+    # 19 + 2 × 13 checkpoints and 24 base models on the leaderboard prompts, 3 on WikiText-2.
+    assert jobs["measure_coupling"] == 72
+    # 12 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
+    assert jobs["sample_sentences"] == 24
+    assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1

@@ -1,0 +1,31 @@
+"""Snakemake entry point: a ``signatures.own_corpus`` group, each trained model against its
+own training corpus (Yao & Xu Fig. 5B–E): R_cos per dataset as a table and a figure, the
+per-token view with every dataset's tokens pooled, and the decile profile pooled over the
+datasets."""
+
+import polars as pl
+
+from layerlaws.core.atomic import write_csv
+from layerlaws.core.logs import run_logged
+from layerlaws.signatures.comparison import by_run, pooled_deciles
+from layerlaws.signatures.plots import plot_deciles, plot_per_token_by_corpus, plot_rcos_by_corpus
+
+
+def main() -> None:
+    params, output, runs = snakemake.params, snakemake.output, snakemake.params.runs
+    rcos = by_run([pl.read_csv(path) for path in snakemake.input.rcos], runs)
+    per_token = by_run([pl.read_parquet(path) for path in snakemake.input.per_token], runs)
+    deciles = pooled_deciles(
+        by_run([pl.read_csv(path) for path in snakemake.input.percentiles], runs)
+    )
+    write_csv(output.rcos, rcos)
+    write_csv(output.deciles, deciles)
+    title, options = params.title, params.plots
+    plot_rcos_by_corpus(rcos, path=output.rcos_figure, title=title, options=options)
+    plot_per_token_by_corpus(per_token, path=output.per_token_figure, title=title, options=options)
+    plot_deciles(
+        deciles, path=output.deciles_figure, title=f"{title}: datasets pooled", options=options
+    )
+
+
+run_logged(main, snakemake.log[0])

@@ -1,0 +1,216 @@
+"""Yao & Xu Fig. 5B–E as the paper ran it: each model trained on its own corpus and compared
+with that corpus's signatures (``signatures.own_corpus``), through a real tiny workflow run
+of two Qwen2-style trainings; R_cos and the pooled decile profile against numpy and scipy
+computations from the paper's definitions."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+from conftest import REPO
+from safetensors.numpy import load_file
+from scipy import stats
+from snakemake.utils import validate
+from snakemake_runs import run_ok, write_config
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.pipeline.expansion import ExpandedConfig
+
+pytestmark = pytest.mark.slow
+
+TRAINING = {
+    "architecture": "qwen2",
+    "num_layers": 1,
+    "hidden_size": 16,
+    "num_heads": 2,
+    "head_dim": 4,
+    "intermediate_size": 32,
+    "tie_embeddings": False,
+    "init": "normal_fan_in",
+    "tokenizer": "tiny-llama",
+    "context": 16,
+    "batch_size": 4,
+    "steps": 6,
+    "warmup_steps": 2,
+    "checkpoints": 2,
+}
+"""A one-block Qwen2 with Yao & Xu's initialisation, trained 6 steps (saved at 0 and 6)."""
+
+
+@pytest.fixture(scope="module")
+def own_config(llama_folder, texts, tmp_path_factory):
+    """Two corpora (halves of the texts), a model trained on each, compared as a group."""
+    folder = tmp_path_factory.mktemp("halves")
+    sources = {}
+    for name, half in (("first", texts[:40]), ("second", texts[40:])):
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"text": text}) + "\n" for text in half))
+        sources[name] = {"source": {"kind": "files", "paths": [str(path)]}, "n_samples": "all"}
+    return {
+        "models": {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}},
+        "datasets": sources,
+        "training": {
+            f"on-{name}": {**TRAINING, "dataset": name, "seed": seed}
+            for seed, name in enumerate(sources)
+        },
+        "signatures": {"own_corpus": {"halves": ["on-first", "on-second"]}, "top_tokens": 1000},
+        "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
+    }
+
+
+@pytest.fixture(scope="module")
+def own_run(own_config, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("own_corpus")
+    write_config(workdir, own_config)
+    run_ok(workdir)
+    return workdir
+
+
+def embeddings(workdir, training):
+    """W_E and W_U (V, d) float64 of a training's final checkpoint, read from its weights."""
+    weights = load_file(
+        workdir / f"results/training/{training}/checkpoints/step_000006/model.safetensors"
+    )
+    return weights["model.embed_tokens.weight"].astype(np.float64), weights[
+        "lm_head.weight"
+    ].astype(np.float64)
+
+
+def reference_cosines(workdir, corpus, w_e, w_u, top):
+    """cos(W_E), cos(W_U), cos(φ_next), cos(φ_pre) over the ``top`` most frequent tokens
+    with a successor and a predecessor (Yao & Xu §6), from the corpus's bigram counts."""
+    folder = workdir / f"results/signatures/tiny-llama/{corpus}"
+    unigrams = pl.read_parquet(folder / "unigrams.parquet")
+    bigrams = pl.read_parquet(folder / "bigrams.parquet")
+    size = len(w_e)
+    counts = np.zeros((size, size))
+    np.add.at(
+        counts,
+        (bigrams["token"].to_numpy(), bigrams["next_token"].to_numpy()),
+        bigrams["count"].to_numpy(),
+    )
+    eligible = (counts.sum(1) > 0) & (counts.sum(0) > 0)
+    ranked = unigrams.sort(["count", "token"], descending=[True, False])["token"].to_numpy()
+    tokens = np.array([t for t in ranked if eligible[t]][:top])
+    following = counts[tokens] / counts[tokens].sum(1, keepdims=True)
+    preceding = counts[:, tokens].T / counts[:, tokens].sum(0)[:, None]
+
+    def cos(rows):
+        unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+        return unit @ unit.T
+
+    return {
+        ("W_E", "next"): (cos(w_e[tokens]), cos(following)),
+        ("W_U", "pre"): (cos(w_u[tokens]), cos(preceding)),
+    }
+
+
+def off_diagonal(matrix):
+    """The pairs s < s' of a symmetric similarity matrix."""
+    return matrix[np.triu_indices(len(matrix), k=1)]
+
+
+def test_each_model_is_compared_with_its_own_corpus(own_run):
+    folder = own_run / "results/signatures/own_corpus/halves"
+    table = pl.read_csv(folder / "rcos_by_dataset.csv")
+    assert table.columns == ["model", "corpus", "matrix", "signature", "r_cos", "n_tokens"]
+    assert table.select("model", "corpus").unique(maintain_order=True).rows() == [
+        ("on-first@step6", "first"),
+        ("on-second@step6", "second"),
+    ]
+    for corpus in ("first", "second"):
+        w_e, w_u = embeddings(own_run, f"on-{corpus}")
+        other = embeddings(own_run, "on-second" if corpus == "first" else "on-first")
+        for pair, (embedding, signature) in reference_cosines(
+            own_run, corpus, w_e, w_u, 1000
+        ).items():
+            expected = np.corrcoef(off_diagonal(embedding), off_diagonal(signature))[0, 1]
+            row = table.filter(
+                (pl.col("corpus") == corpus)
+                & (pl.col("matrix") == pair[0])
+                & (pl.col("signature") == pair[1])
+            )
+            assert row["r_cos"].item() == pytest.approx(expected, abs=1e-5), (corpus, pair)
+            assert row["n_tokens"].item() == len(embedding)
+        # The other model's embeddings give another R_cos: the pairing matters.
+        crossed = reference_cosines(own_run, corpus, *other, 1000)[("W_E", "next")]
+        crossed_rcos = np.corrcoef(off_diagonal(crossed[0]), off_diagonal(crossed[1]))[0, 1]
+        mine = table.filter(
+            (pl.col("corpus") == corpus)
+            & (pl.col("matrix") == "W_E")
+            & (pl.col("signature") == "next")
+        )
+        assert abs(mine["r_cos"].item() - crossed_rcos) > 1e-4
+    for name in ("rcos_by_dataset", "per_token_by_dataset", "pooled_deciles"):
+        assert (folder / f"{name}.svg").stat().st_size > 1000
+
+
+def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run):
+    """Yao & Xu, Appendix C.1: percentiles of each corpus's own similarity pairs, pairs
+    of both corpora concatenated, the mean signature percentile per embedding decile."""
+    embedding_percentiles, signature_percentiles = [], []
+    for corpus in ("first", "second"):
+        w_e, w_u = embeddings(own_run, f"on-{corpus}")
+        embedding, signature = reference_cosines(own_run, corpus, w_e, w_u, 1000)[("W_E", "next")]
+        for matrix, into in (
+            (embedding, embedding_percentiles),
+            (signature, signature_percentiles),
+        ):
+            pairs = off_diagonal(matrix)
+            into.append((stats.rankdata(pairs) - 0.5) * 100 / len(pairs))
+    embedding_p = np.concatenate(embedding_percentiles)
+    signature_p = np.concatenate(signature_percentiles)
+    decile = np.minimum(np.floor(embedding_p / 10), 9) + 1
+    expected = [signature_p[decile == k].mean() for k in range(1, 11)]
+    pooled = pl.read_csv(own_run / "results/signatures/own_corpus/halves/pooled_deciles.csv")
+    assert pooled.columns == ["matrix", "signature", "decile", "mean", "n_pairs"]
+    mine = pooled.filter((pl.col("matrix") == "W_E") & (pl.col("signature") == "next")).sort(
+        "decile"
+    )
+    assert mine["decile"].to_list() == list(range(1, 11))
+    assert mine["n_pairs"].to_list() == [int((decile == k).sum()) for k in range(1, 11)]
+    assert np.allclose(mine["mean"].to_numpy(), expected, atol=0.05)
+
+
+@pytest.fixture
+def validated(own_config):
+    config = copy.deepcopy(own_config)
+    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    return config
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda config: config["signatures"]["own_corpus"]["halves"].append("on-third"),
+            "config signatures.own_corpus.halves is 'on-third', which is not a key of training",
+        ),
+        (
+            lambda config: config["training"]["on-first"].update(checkpoints=[0, 3]),
+            "training.on-first.checkpoints does not save step 6",
+        ),
+    ],
+)
+def test_own_corpus_bad_input(validated, change, message):
+    change(validated)
+    with pytest.raises(LayerlawsError, match=re.escape(message)):
+        ExpandedConfig.from_config(validated)
+
+
+def test_the_own_corpus_group_adds_the_final_checkpoints_signature_runs(validated):
+    expanded = ExpandedConfig.from_config(validated)
+    assert expanded.own_corpus["halves"] == (
+        ("on-first@step6", "first"),
+        ("on-second@step6", "second"),
+    )
+    assert set(expanded.own_corpus["halves"]) <= set(expanded.signature_runs)
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    assert ExpandedConfig.from_config(config).own_corpus == {}
