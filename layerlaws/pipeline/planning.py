@@ -57,10 +57,12 @@ def token_table_size(path: str | Path) -> tuple[int, int]:
     return int(lengths.sum()), int(lengths.max())
 
 
-def distinct_tokens(path: str | Path) -> int:
-    """Distinct token ids of a tokens table (special tokens included): at least as many
-    as the targets of any offset."""
-    return int(pl.scan_parquet(path).select(pl.col("token_id").n_unique()).collect().item())
+def repeated_tokens(path: str | Path) -> int:
+    """Token ids occurring at least twice among the text tokens of a tokens table: at
+    least as many as the targets of two rows or more of any offset (targets are text
+    tokens)."""
+    counts = pl.scan_parquet(path).filter(~pl.col("is_special")).group_by("token_id").len()
+    return int(counts.filter(pl.col("len") >= 2).select(pl.len()).collect().item())
 
 
 def config_size(model_config: Mapping[str, Any]) -> ModelSize:
@@ -105,16 +107,17 @@ class JobPlanner:
     def _on_gpu(self) -> bool:
         return self.execution.device != "cpu"
 
-    def _fuzziness_classes(self, size: ModelSize, tokens: int, tokens_path: str | Path) -> int:
-        """Classes the separation fuzziness counts at most: ``max_classes`` under
-        ``classes: frequent``; under ``all`` the distinct ids of the run's tokens table
-        once it exists, before it min(tokens, vocabulary)."""
+    def _open_classes(self, size: ModelSize, tokens: int, tokens_path: str | Path) -> int:
+        """Classes the separation fuzziness may hold sums of at most (those of two rows or
+        more): ``max_classes`` under ``classes: frequent``; under ``all`` the ids
+        repeated among the text tokens of the run's tokens table once it exists, before
+        it min(tokens // 2, vocabulary)."""
         settings = self.config["equilearning"]["fuzziness"]
         if settings["classes"] == "frequent":
             return settings["max_classes"]
         if Path(tokens_path).is_file():
-            return min(distinct_tokens(tokens_path), size.vocab_size)
-        return min(tokens, size.vocab_size)
+            return min(repeated_tokens(tokens_path), size.vocab_size)
+        return min(tokens // 2, size.vocab_size)
 
     def _pass(
         self, model: str, size: ModelSize, tokens: int, longest: int, *, tokens_path: str | Path
@@ -133,7 +136,7 @@ class JobPlanner:
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
-            fuzziness_classes=self._fuzziness_classes(size, tokens, tokens_path),
+            fuzziness_open_classes=self._open_classes(size, tokens, tokens_path),
         )
 
     def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:

@@ -149,12 +149,12 @@ def equilearning_pass_needs(
     on_gpu: bool,
     gpus: int | str,
     gpu_memory_gb: float,
-    fuzziness_classes: int = 0,
+    fuzziness_open_classes: int = 0,
 ) -> Needs:
     """Needs of the equi-learning pass: the model, its statistics on the device (the
-    co-moments of the separation fuzziness included), the class sums of the separation
-    fuzziness over at most ``fuzziness_classes`` classes in host memory, a PR table as
-    output."""
+    co-moments of the separation fuzziness included), the separation fuzziness's folded
+    matrices and the sums of at most ``fuzziness_open_classes`` open classes (those of
+    two rows or more) in host memory, a PR table as output."""
     width = size.hidden_size + len(offsets) * len(controls)
     statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
@@ -168,7 +168,7 @@ def equilearning_pass_needs(
         gpu_memory_gb=gpu_memory_gb,
         device_bytes=statistics_bytes(size, offsets, norms, controls)
         + fuzziness_bytes(size, norms),
-        host_bytes=class_sums_bytes(size, norms, fuzziness_classes),
+        host_bytes=class_sums_bytes(size, norms, fuzziness_open_classes),
         flops_per_token=statistics_flops,
         output_bytes=rows * 64,
     )
@@ -181,11 +181,15 @@ def fuzziness_bytes(size: ModelSize, norms: Sequence[str]) -> int:
     return (size.num_layers * len(norms) + 1) * (width * width + width) * 8
 
 
-def class_sums_bytes(size: ModelSize, norms: Sequence[str], classes: int) -> int:
-    """Host memory of the separation fuzziness's class sums and counts (float64 and
-    int64, on the CPU): ``classes`` × (hidden size + 1) per layer and norm (the last
-    layer once)."""
-    return (size.num_layers * len(norms) + 1) * classes * (size.hidden_size + 1) * 8
+def class_sums_bytes(size: ModelSize, norms: Sequence[str], open_classes: int) -> int:
+    """Host memory of the separation fuzziness's CPU statistics (float64), per layer and
+    norm (the last layer once): the sums of at most ``open_classes`` open classes (the
+    classes of two rows or more; a class is folded and freed once its rows are seen) and
+    the folded matrix Σ_c t_c t_cᵀ / n_c and reference, hidden size² + hidden size. The
+    per-layer bookkeeping (16 bytes per class) is left out."""
+    width = size.hidden_size
+    per_layer_norm = open_classes * width + width * width + width
+    return (size.num_layers * len(norms) + 1) * per_layer_norm * 8
 
 
 def hidden_states_bytes(size: ModelSize, n_tokens: int, storage_bytes: int) -> int:

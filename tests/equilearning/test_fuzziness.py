@@ -12,6 +12,7 @@ import torch
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.fuzziness import (
+    FuzzinessClasses,
     SeparationFuzziness,
     counted_classes,
     fuzziness,
@@ -55,7 +56,8 @@ def streamed(rows: np.ndarray, labels: np.ndarray, n_classes: int, chunk: int) -
         total.merge_(Moments.of_rows(part))
         sums.index_add_(0, index, part)
         counts += torch.bincount(index, minlength=n_classes)
-    return fuzziness(total, sums, counts)
+    folded = sums.T @ (sums / counts[:, None])
+    return fuzziness(total, folded, torch.zeros(rows.shape[1], dtype=torch.float64))
 
 
 @pytest.mark.parametrize("spread", [0.1, 3.0])
@@ -91,10 +93,15 @@ def test_classes_are_every_next_token_or_the_frequent_ones():
     assert fuzziness_classes(tokens, min_rows=2, max_classes=10).tolist() == [5, 7]
     assert fuzziness_classes(tokens, min_rows=1, max_classes=1).tolist() == [5]
     every = FuzzinessSettings(classes="all", min_rows=2, max_classes=1)
-    assert counted_classes(tokens, every).tolist() == [5, 7, 9]
-    assert counted_classes(tokens, every, target_offset=0).tolist() == [5, 7, 9]
-    frequent = FuzzinessSettings(classes="frequent", min_rows=2, max_classes=10)
-    assert counted_classes(tokens, frequent).tolist() == [5, 7]
+    classes = counted_classes(tokens, every)
+    assert classes.ids.tolist() == [5, 7, 9] and classes.sizes.tolist() == [2, 2, 1]
+    assert classes.n_open_at_most == 2
+    itself = counted_classes(tokens, every, target_offset=0)
+    assert itself.ids.tolist() == [5, 7, 9] and itself.sizes.tolist() == [4, 2, 1]
+    frequent = counted_classes(
+        tokens, FuzzinessSettings(classes="frequent", min_rows=2, max_classes=10)
+    )
+    assert frequent.ids.tolist() == [5, 7] and frequent.sizes.tolist() == [2, 2]
 
 
 def small_facts(num_layers: int, hidden_size: int) -> ModelFacts:
@@ -119,8 +126,8 @@ def small_facts(num_layers: int, hidden_size: int) -> ModelFacts:
 def test_all_classes_with_many_small_ones_match_the_definition():
     """Every next token a class (most of 1–3 rows, a few large), streamed in batches of
     sequences through the observer, against the definition (He & Su Fig. S8) on the same
-    rows; the
-    class sums stay on the CPU."""
+    rows. The class sums stay on the CPU, at no time more of them per layer and norm than
+    classes of two rows or more, none after the pass; the table needs every row."""
     rng = np.random.default_rng(4)
     facts, n_sequences, length = small_facts(num_layers=2, hidden_size=5), 40, 9
     # Ids 0–9 frequent, 10–499 mostly seen once to three times.
@@ -147,12 +154,22 @@ def test_all_classes_with_many_small_ones_match_the_definition():
     ]
     classes = counted_classes(tokens, FuzzinessSettings(classes="all", min_rows=20, max_classes=2))
     observer = SeparationFuzziness(facts, ["none"], classes)
+    multi_row = (sizes >= 2).sum()
+    held = []
     for first in range(0, n_sequences, 7):
+        if first + 7 >= n_sequences:
+            with pytest.raises(LayerlawsError, match="fewer rows"):
+                observer.table()
         batch = tokens.filter(pl.col("sentence_id").is_between(first, first + 6))
         observer.begin_batch(SimpleNamespace(rows=batch.drop("is_special")))
         at = slice(first * length, (first + 7) * length)
         for layer in range(facts.num_layers + 1):
             observer.observe(layer, torch.from_numpy(states[layer][at]))
+            held.extend(sums.held for sums in observer.open.values())
+            stored = [block for sums in observer.open.values() for block in sums.blocks]
+            assert {block.device.type for block in stored} <= {"cpu"}
+    assert 0 < max(held) <= multi_row < len(classes)
+    assert observer.held_sums == 0
     counted = next_ids >= 0
     table = observer.table()
     assert set(table["n_classes"]) == {len(np.unique(next_ids[counted]))} == {len(classes)}
@@ -160,12 +177,13 @@ def test_all_classes_with_many_small_ones_match_the_definition():
     for row in table.iter_rows(named=True):
         expected = direct_fuzziness(states[row["layer"]][counted], next_ids[counted])
         assert row["fuzziness"] == pytest.approx(expected, rel=1e-9), row
-    assert {sums.device.type for sums in observer.sums.values()} == {"cpu"}
 
 
 def test_too_few_classes_is_a_clear_error():
     with pytest.raises(LayerlawsError, match=r"two next-token classes, found 1; sample more"):
-        SeparationFuzziness(small_facts(2, 4), ["model"], np.array([3]))
+        SeparationFuzziness(
+            small_facts(2, 4), ["model"], FuzzinessClasses(np.array([3]), np.array([5]))
+        )
 
 
 @pytest.mark.parametrize("classes_setting", ["all", "frequent"])
@@ -188,7 +206,7 @@ def test_a_model_pass_measures_what_the_kept_rows_give(
     writer.finish(report)
     hidden = HiddenStates.open(tmp_path / "h")
     ids, defined = target_ids(hidden.rows, [1])
-    counted = defined[:, 0] & np.isin(ids[:, 0], classes)
+    counted = defined[:, 0] & np.isin(ids[:, 0], classes.ids)
     table = observer.table()
     assert len(table) == (facts.num_layers + 1) * 2 and set(table["n_classes"]) == {len(classes)}
     for row in table.iter_rows(named=True):

@@ -76,10 +76,10 @@ SMOLLM2 = {"parameters": 134_515_008, "num_layers": 30, "hidden_size": 576, "voc
 
 
 def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
-    """Host memory of an equi-learning pass: the class sums of the separation fuzziness,
-    (30 layers × 3 norms + 1) × classes × (576 + 1) × 8 bytes, with classes the distinct
-    ids of the tokens table (before it exists, min(tokens, vocabulary)); under
-    ``classes: frequent`` max_classes whatever the table."""
+    """Host memory of an equi-learning pass: the open class sums of the separation
+    fuzziness, (30 layers × 3 norms + 1) × classes × 576 × 8 bytes, with classes the ids
+    repeated among the text tokens of the tokens table (before it exists, min(tokens // 2,
+    vocabulary)); under ``classes: frequent`` max_classes whatever the table."""
     config = validated("config.yaml")
     layout = Layout(str(tmp_path))
     Path(layout.model("smollm2-135m")).mkdir(parents=True)
@@ -87,25 +87,39 @@ def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
     wildcards = SimpleNamespace(model="smollm2-135m", dataset="wiki-science")
     tokens = Path(layout.tokens("smollm2-135m", "wiki-science"))
     inputs = SimpleNamespace(model=layout.model("smollm2-135m"), tokens=tokens)
+    position = np.arange(6000) % 100
+    special = position == 0
+
+    def token_ids(distinct: int) -> np.ndarray:
+        """60 sequences of 100 tokens, a special one (id 40000) first."""
+        return np.where(special, 40000, np.arange(6000) % distinct)
+
+    def repeated(distinct: int) -> int:
+        return int((np.bincount(token_ids(distinct)[~special]) >= 2).sum())
 
     def host_mb(classes_setting: str, distinct: int | None) -> int:
         if distinct is not None:
             tokens.parent.mkdir(parents=True, exist_ok=True)
-            ids = np.arange(6000) % distinct
             pl.DataFrame(
-                {"sentence_id": np.arange(6000) // 100, "position": np.arange(6000) % 100}
-            ).with_columns(token_id=ids, is_special=False).write_parquet(tokens)
+                {
+                    "sentence_id": np.arange(6000) // 100,
+                    "position": position,
+                    "token_id": token_ids(distinct),
+                    "is_special": special,
+                }
+            ).write_parquet(tokens)
         changed = copy.deepcopy(config)
         changed["equilearning"]["fuzziness"]["classes"] = classes_setting
         return JobPlanner.from_config(changed, layout).equilearning_pass(wildcards, inputs).mem_mb
 
     def class_sums_mb(classes: int) -> float:
-        return (30 * 3 + 1) * classes * (576 + 1) * 8 / 2**20
+        return (30 * 3 + 1) * classes * 576 * 8 / 2**20
 
+    assert 0 < repeated(100) < repeated(2500) < 2500
     before = host_mb("all", None)
-    few, many = host_mb("all", 100), host_mb("all", 5000)
-    assert many - few == pytest.approx(class_sums_mb(4900), abs=1)
-    assert before - few == pytest.approx(class_sums_mb(200 * 128 - 100), abs=1)
-    for distinct in (100, 5000):
-        expected = few + class_sums_mb(1000 - 100)
+    few, many = host_mb("all", 100), host_mb("all", 2500)
+    assert many - few == pytest.approx(class_sums_mb(repeated(2500) - repeated(100)), abs=1)
+    assert before - few == pytest.approx(class_sums_mb(200 * 128 // 2 - repeated(100)), abs=1)
+    for distinct in (100, 2500):
+        expected = few + class_sums_mb(1000 - repeated(100))
         assert host_mb("frequent", distinct) == pytest.approx(expected, abs=1)
