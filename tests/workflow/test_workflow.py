@@ -358,10 +358,9 @@ def test_estimate_plans_the_paper_config_before_anything_is_downloaded(tmp_path)
     result = snakemake(tmp_path, "estimate", configfile=REPO / "configs" / "paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("equilearning_pass")]
-    # 20 models on their paper datasets, 4 encoder probes (He & Su Fig. 7), 19 Pythia-1B
-    # checkpoints, 3 more GPT-2 sizes.
-    assert len(rows) == 46
-    llama = next(row for row in rows if " llama2-13b " in row)
+    # 65 runs, 19 Pythia-1B checkpoints, 19 more members of the size and data series.
+    assert len(rows) == 103
+    llama = next(row for row in rows if " llama2-13b " in row and " pes2o " in row)
     assert "13.02B" in llama and "<= 51,200" in llama
     assert any(" pythia-1b@step143000 " in row for row in rows)
     # A pass writes a PR table, not states: about a megabyte each.
