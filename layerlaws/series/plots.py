@@ -56,11 +56,20 @@ PREDICTOR_LABELS = {
 RANDOM_SUFFIX = TWIN_SUFFIXES["random"]
 
 
+METRIC_SYMBOLS = {PAPER_METRIC: "m̃", "unnormalised": "m"}
+"""The symbol of a coupling metric in labels: Aubry et al.'s m̃ (Eq. 14) and m (Eq. 13); the
+released code's metrics are named after the symbol."""
+
+
+def _metric_symbol(metric: str) -> str:
+    return METRIC_SYMBOLS.get(metric, f"m̃ ({metric})")
+
+
 def _label(column: str) -> str:
     if column.startswith("miscoupling_"):
         kind, k, metric = coupling_column_parts(column)
-        name = {"all": "mean m̃, all pairs", "offdiagonal": "mean m̃, off-diagonal"}[kind]
-        return f"{name}, K={k}" + ("" if metric == PAPER_METRIC else f" ({metric})")
+        pairs = {"all": "all pairs", "offdiagonal": "off-diagonal"}[kind]
+        return f"mean {_metric_symbol(metric)}, {pairs}, K={k}"
     return QUANTITY_LABELS.get(column, column)
 
 
@@ -146,8 +155,7 @@ def plot_quantities(
 def _predictor_label(fit: Mapping[str, Any]) -> str:
     if fit["k"] is None:
         return PREDICTOR_LABELS[fit["predictor"]]
-    metric = "" if fit["metric"] == PAPER_METRIC else f", {fit['metric']}"
-    return f"coupling −m̃ (K={fit['k']}{metric})"
+    return f"coupling −{_metric_symbol(fit['metric'])} (K={fit['k']})"
 
 
 def _draw_fit(axis: Any, summary: pl.DataFrame, fit: Mapping[str, Any]) -> None:
