@@ -163,3 +163,28 @@ def finished(base_config, tmp_path_factory):
     write_config(workdir, base_config)
     run_ok(workdir)
     return workdir
+
+
+TINY_TRAINING = {
+    "architecture": "llama",
+    "num_layers": 2,
+    "hidden_size": 16,
+    "num_heads": 2,
+    "intermediate_size": None,
+    "tie_embeddings": True,
+    "context": 16,
+    "batch_size": 4,
+    "steps": 12,
+    "learning_rate": 3e-3,
+    "warmup_steps": 3,
+    "final_learning_rate": 0.1,
+    "weight_decay": 0.1,
+    "betas": [0.9, 0.95],
+    "grad_clip": 1.0,
+    "seed": 0,
+    "checkpoints": [0, 2, 5, 12],
+    "eval_every": 4,
+    "held_out_sequences": 4,
+}
+"""The settings of a tiny Llama trained for 12 steps (a training block of the config), for
+the training tests to vary."""

@@ -112,26 +112,26 @@ def per_token_agreement(
     return correlations, means
 
 
-def by_corpus(tables: Sequence[pl.DataFrame], corpora: Sequence[str]) -> pl.DataFrame:
-    """One table of several corpora's tables (same columns), a first column ``corpus``."""
+def _labelled(tables: Sequence[pl.DataFrame], labels: Sequence[Mapping[str, str]]) -> pl.DataFrame:
+    """One table of several tables (same columns), each led by its label's columns."""
     return pl.concat(
         [
-            table.select(pl.lit(corpus).alias("corpus"), pl.all())
-            for table, corpus in zip(tables, corpora, strict=True)
+            table.select(*(pl.lit(value).alias(name) for name, value in label.items()), pl.all())
+            for table, label in zip(tables, labels, strict=True)
         ]
     )
+
+
+def by_corpus(tables: Sequence[pl.DataFrame], corpora: Sequence[str]) -> pl.DataFrame:
+    """One table of several corpora's tables (same columns), a first column ``corpus``."""
+    return _labelled(tables, [{"corpus": corpus} for corpus in corpora])
 
 
 def by_run(tables: Sequence[pl.DataFrame], runs: Sequence[Sequence[str]]) -> pl.DataFrame:
     """One table of several (model, corpus) runs' tables (same columns), first columns
     ``model`` and ``corpus``: each model of a ``signatures.own_corpus`` group on its own
     training corpus (Yao & Xu Fig. 5B)."""
-    return pl.concat(
-        [
-            table.select(pl.lit(model).alias("model"), pl.lit(corpus).alias("corpus"), pl.all())
-            for table, (model, corpus) in zip(tables, runs, strict=True)
-        ]
-    )
+    return _labelled(tables, [{"model": model, "corpus": corpus} for model, corpus in runs])
 
 
 def pooled_deciles(deciles: pl.DataFrame) -> pl.DataFrame:

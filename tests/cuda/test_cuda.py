@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from conftest import llama_tokenizer
+from conftest import TINY_TRAINING, llama_tokenizer
 from lstsq_reference import reference_pr
 from safetensors.torch import load_file
 
@@ -270,26 +270,11 @@ def test_a_device_map_over_the_visible_gpus_measures_like_one_device(tiny):
     assert torch.device(devices[0]) in held and held <= used
 
 
-TRAINING = {
-    "architecture": "llama",
-    "num_layers": 2,
-    "hidden_size": 16,
-    "num_heads": 2,
-    "intermediate_size": None,
-    "tie_embeddings": True,
-    "context": 16,
-    "batch_size": 4,
+TRAINING = TINY_TRAINING | {
     "steps": 2,
-    "learning_rate": 3e-3,
     "warmup_steps": 1,
-    "final_learning_rate": 0.1,
-    "weight_decay": 0.1,
-    "betas": [0.9, 0.95],
-    "grad_clip": 1.0,
-    "seed": 0,
     "checkpoints": [0, 2],
     "eval_every": 2,
-    "held_out_sequences": 4,
 }
 """Two steps of a tiny Llama, a checkpoint before and after."""
 AUTOCAST_LOSS_BOUND = 0.05

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, llama_tokenizer
+from conftest import REPO, TINY_TRAINING, llama_tokenizer
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.training.plan import INITIALISATIONS, TrainingSpec, parameter_count
@@ -22,28 +22,15 @@ from layerlaws.training.train import (
     train,
 )
 
-SETTINGS = {
+SETTINGS = TINY_TRAINING | {
     "architecture": "qwen2",
-    "num_layers": 2,
     "hidden_size": 64,
     "num_heads": 3,
     "head_dim": 8,
     "intermediate_size": 128,
     "tie_embeddings": False,
     "init": "normal_fan_in",
-    "context": 16,
-    "batch_size": 4,
-    "steps": 12,
-    "learning_rate": 3e-3,
-    "warmup_steps": 3,
-    "final_learning_rate": 0.1,
-    "weight_decay": 0.1,
-    "betas": [0.9, 0.95],
-    "grad_clip": 1.0,
-    "seed": 0,
     "checkpoints": [0, 12],
-    "eval_every": 4,
-    "held_out_sequences": 4,
 }
 """A tiny Qwen2 with Yao & Xu's shape of attention: 3 heads of 8 (width 24) on hidden 64."""
 

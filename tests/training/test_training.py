@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import llama_tokenizer
+from conftest import TINY_TRAINING, llama_tokenizer
 from safetensors.torch import load_file
 
 from layerlaws.core.errors import LayerlawsError
@@ -33,27 +33,7 @@ from layerlaws.training.train import (
     train,
 )
 
-SETTINGS = {
-    "architecture": "llama",
-    "num_layers": 2,
-    "hidden_size": 16,
-    "num_heads": 2,
-    "intermediate_size": None,
-    "tie_embeddings": True,
-    "context": 16,
-    "batch_size": 4,
-    "steps": 12,
-    "learning_rate": 3e-3,
-    "warmup_steps": 3,
-    "final_learning_rate": 0.1,
-    "weight_decay": 0.1,
-    "betas": [0.9, 0.95],
-    "grad_clip": 1.0,
-    "seed": 0,
-    "checkpoints": [0, 2, 5, 12],
-    "eval_every": 4,
-    "held_out_sequences": 4,
-}
+SETTINGS = TINY_TRAINING
 
 
 def spec_of(**changes) -> TrainingSpec:
