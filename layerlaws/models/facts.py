@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,24 @@ class ModelFacts:
     """The folder of the weights and tokenizer when it is not the prepared folder (a local
     model's own folder, a hub model's snapshot in the Hugging Face cache)."""
     source: dict[str, Any]
+    lm_head_trained: bool = True
+    """Whether the LM head's weights (for an encoder, its whole masked-LM head) were in the
+    source's checkpoint; false when loading left them randomly initialised on top of a
+    trained body (a sentence encoder such as all-MiniLM-L6-v2, saved without its head). A
+    random twin records its source's value. Facts prepared before this field existed read
+    true."""
 
     @classmethod
     def of(cls, metadata: Mapping[str, Any]) -> ModelFacts:
         """The facts within a larger metadata record (a pass report, a hidden-state
-        folder's metadata.json)."""
-        return cls(**{field.name: metadata[field.name] for field in fields(cls)})
+        folder's metadata.json); a field with a default may be missing (an older record)."""
+        return cls(
+            **{
+                field.name: metadata[field.name]
+                for field in fields(cls)
+                if field.name in metadata or field.default is MISSING
+            }
+        )
 
 
 def tied_embeddings(model: Any) -> bool:
@@ -67,10 +79,16 @@ def weights_dtype(config: Any) -> str:
     return str(dtype or "float32").removeprefix("torch.")
 
 
-def model_facts(model: Any, source: Mapping[str, Any], weights: str | None = None) -> ModelFacts:
+def model_facts(
+    model: Any,
+    source: Mapping[str, Any],
+    weights: str | None = None,
+    lm_head_trained: bool = True,
+) -> ModelFacts:
     """The facts of a model (loaded, or a skeleton on the meta device), read from the
     modules its table row names; ``weights`` is where its weights lie when not in the
-    prepared folder.
+    prepared folder, ``lm_head_trained`` whether its checkpoint held its LM head
+    (``layerlaws.models.checkpoints``).
 
     The row is checked against the model: its embeddings and LM head must be the modules
     transformers reports, and the LM head must read the residual stream's width (a model
@@ -110,6 +128,7 @@ def model_facts(model: Any, source: Mapping[str, Any], weights: str | None = Non
         weights_dtype=weights_dtype(config),
         weights=weights,
         source=dict(source),
+        lm_head_trained=lm_head_trained,
     )
 
 

@@ -1,9 +1,11 @@
 """Preparing a model once from its configured source.
 
 A *prepared* model is a folder with ``layerlaws_model.json``: the model's facts and where
-its weights and tokenizer lie. A local model is used where it is and a hub model from the
-Hugging Face cache, never copied; a GGUF file is dequantised once and a randomly
-initialised twin saved, in the folder itself (``save_pretrained`` layout, safetensors).
+its weights and tokenizer lie. A local model, a model folder inside an installed package
+and a hub model (from the Hugging Face cache) are used where they lie, never copied; a
+GGUF file (one file, or one assembled from packaged parts) is dequantised once, and a
+randomly initialised twin or a packaged model given a tokenizer of its own is saved, in
+the folder itself (``save_pretrained`` layout, safetensors).
 """
 
 from __future__ import annotations
@@ -18,17 +20,27 @@ import torch
 
 from layerlaws.core.dtypes import torch_dtype
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.packages import package_file
+from layerlaws.core.packages import package_file, package_folder
 from layerlaws.models.architectures import (
     architecture_of,
     auto_class,
 )
+from layerlaws.models.checkpoints import checkpoint_keys, lm_head_trained
 from layerlaws.models.facts import MODEL_METADATA, ModelFacts, model_facts, weights_dtype
+from layerlaws.models.parts import assembled_file
+
+GGUF_KINDS = ("gguf_package", "gguf_file", "package_parts")
+FOLDER_KINDS = ("local", "package_folder")
+"""Source kinds whose weights are a GGUF file, and those that are a model folder here."""
 
 
 def gguf_location(source: Mapping[str, Any]) -> Path:
+    """The GGUF file of a ``gguf_package``, ``package_parts`` (assembled on first use) or
+    ``gguf_file`` source."""
     if source["kind"] == "gguf_package":
         return package_file(source["package"], source["file"])
+    if source["kind"] == "package_parts":
+        return assembled_file(source)
     path = Path(source["path"])
     if not path.is_file():
         raise LayerlawsError(f"GGUF file {path} does not exist")
@@ -44,19 +56,23 @@ def _gguf_config(gguf: Path) -> Any:
     return config
 
 
-def _from_gguf(gguf: Path) -> tuple[Any, Any]:
-    """Model (float32, CPU) and tokenizer from a GGUF file, its weights dequantised."""
+def _from_gguf(gguf: Path) -> tuple[Any, Any, bool]:
+    """Model (float32, CPU) and tokenizer from a GGUF file, its weights dequantised, and
+    whether the file held the LM head."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name
     config = _gguf_config(gguf)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    quantised, loading = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
+    )
+    stored = set(quantised.state_dict()) - set(loading["missing_keys"])
     # A model loaded from GGUF refuses save_pretrained: copy its dequantised weights into a
     # plain model built from the same config.
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantised.state_dict())
-    return model, tokenizer
+    return model, tokenizer, lm_head_trained(quantised, stored)
 
 
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
@@ -106,17 +122,25 @@ def read_config(
     return config
 
 
+def _model_folder(source: Mapping[str, Any]) -> Path:
+    """The folder of a ``local`` or ``package_folder`` source."""
+    if source["kind"] == "package_folder":
+        return package_folder(source["package"], source["folder"])
+    folder = Path(source["path"]).resolve()
+    if not folder.is_dir():
+        raise LayerlawsError(f"local model folder {source['path']} does not exist")
+    return folder
+
+
 def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple[Path, Any]:
-    """(folder of the weights and tokenizer, config) of a hub or local source."""
-    if source["kind"] == "local":
-        folder = Path(source["path"]).resolve()
-        if not folder.is_dir():
-            raise LayerlawsError(f"local model folder {source['path']} does not exist")
+    """(folder of the weights and tokenizer, config) of a hub, local or packaged folder."""
+    if source["kind"] in FOLDER_KINDS:
+        folder = _model_folder(source)
         return folder, read_config(str(folder), None, trust_remote_code)
     if source["kind"] != "hub":
         raise LayerlawsError(
-            f"unknown model source kind {source['kind']!r}; use hub, local, gguf_package or "
-            f"gguf_file"
+            f"unknown model source kind {source['kind']!r}; use hub, local, package_folder, "
+            f"gguf_package, package_parts or gguf_file"
         )
     revision, subfolder = source.get("revision"), source.get("subfolder")
     config = read_config(source["id"], revision, trust_remote_code, subfolder)
@@ -132,12 +156,13 @@ def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple
 
 def source_config(model_config: Mapping[str, Any]) -> Any:
     """The config of a configured model (``models.<key>``), read without its weights from
-    its GGUF file, local folder or the hub."""
+    its GGUF file, its folder (local or in a package) or the hub."""
     source, remote_code = model_config["source"], model_config.get("trust_remote_code", False)
-    if source["kind"] in ("gguf_package", "gguf_file"):
+    if source["kind"] in GGUF_KINDS:
         return _gguf_config(gguf_location(source))
-    where = source["path"] if source["kind"] == "local" else source["id"]
-    return read_config(where, source.get("revision"), remote_code, source.get("subfolder"))
+    if source["kind"] in FOLDER_KINDS:
+        return read_config(str(_model_folder(source)), None, remote_code)
+    return read_config(source["id"], source.get("revision"), remote_code, source.get("subfolder"))
 
 
 def skeleton_of(config: Any, trust_remote_code: bool) -> Any:
@@ -158,6 +183,29 @@ def _checked_tokenizer(folder: Path) -> Any:
         raise LayerlawsError(f"the model in {folder} has no usable tokenizer: {error}") from error
 
 
+def _with_vocabulary(
+    source: Mapping[str, Any], folder: Path, config: Any, trust_remote_code: bool
+) -> tuple[Any, Any]:
+    """Model (in its weights' dtype, CPU) and tokenizer of a packaged folder that has no
+    tokenizer, only a BERT vocabulary (``tokenizer_vocabulary``): a ``BertTokenizer`` that
+    keeps case (a protein model's residues are upper-case letters, each a token of its
+    own; lower-cased, every one would be unknown)."""
+    from transformers import BertTokenizer
+
+    vocabulary = package_file(source["package"], source["tokenizer_vocabulary"])
+    tokenizer = BertTokenizer(
+        vocab=str(vocabulary),
+        do_lower_case=False,
+        model_max_length=config.max_position_embeddings,
+    )
+    model = auto_class(config.model_type).from_pretrained(
+        str(folder),
+        dtype=torch_dtype(weights_dtype(config)),
+        trust_remote_code=trust_remote_code,
+    )
+    return model, tokenizer
+
+
 def randomly_initialised(model: Any, init_seed: int) -> Any:
     """A model of ``model``'s architecture and config with fresh weights, seeded by
     ``init_seed`` (on the CPU, in the default dtype)."""
@@ -172,26 +220,33 @@ def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> Mo
 
     ``model_config`` holds ``source`` (see the config schema), ``init`` (``trained`` or
     ``random``: a randomly initialised twin of the same architecture, seeded by
-    ``init_seed``) and ``trust_remote_code``. A local folder is used where it is and a hub
-    model from the Hugging Face cache (its facts record the folder): neither is copied. A
-    GGUF is dequantised once and saved (float32); a random twin is saved in the dtype its
-    config names.
+    ``init_seed``) and ``trust_remote_code``. A local or packaged folder is used where it
+    is and a hub model from the Hugging Face cache (its facts record the folder): none is
+    copied, but a packaged folder given a ``tokenizer_vocabulary`` is saved with that
+    tokenizer (in its weights' dtype). A GGUF is dequantised once and saved (float32); a
+    random twin is saved in the dtype its config names. The facts record whether the
+    checkpoint held the LM head (``lm_head_trained``).
     """
     source, init = model_config["source"], model_config.get("init", "trained")
     remote_code = model_config.get("trust_remote_code", False)
     out = Path(out_folder)
-    if source["kind"] in ("gguf_package", "gguf_file"):
-        model, tokenizer = _from_gguf(gguf_location(source))
+    if source["kind"] in GGUF_KINDS:
+        model, tokenizer, head_trained = _from_gguf(gguf_location(source))
         weights = None
     else:
         folder, config = _weights_folder(source, remote_code)
-        tokenizer = _checked_tokenizer(folder)
         model, weights = skeleton_of(config, remote_code), str(folder)
+        head_trained = lm_head_trained(model, checkpoint_keys(folder))
+        if source.get("tokenizer_vocabulary"):
+            model, tokenizer = _with_vocabulary(source, folder, config, remote_code)
+            weights = None
+        else:
+            tokenizer = _checked_tokenizer(folder)
     if init == "random":
         model = randomly_initialised(model, int(model_config.get("init_seed", 0)))
         model = model.to(torch_dtype(weights_dtype(model.config)))
         weights = None
-    facts = model_facts(model, {**source, "init": init}, weights)
+    facts = model_facts(model, {**source, "init": init}, weights, head_trained)
     out.mkdir(parents=True)
     if weights is None:
         model.save_pretrained(out)

@@ -1,7 +1,8 @@
 """Where probing texts come from: a Hugging Face dataset, local files, or a packaged corpus.
 
 Every loader returns candidate texts as ``(text, source)`` pairs, ``source`` saying where
-the text came from (``wikipedia:<title>``, ``<file>:<row>``, ``<dataset>:<split>:<index>``).
+the text came from (``wikipedia:<title>``, ``riot-na:<gene>``, ``<file>:<row>``,
+``<dataset>:<split>:<index>``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.packages import package_file
+from layerlaws.core.packages import package_file, package_folder
 
 Candidate = tuple[str, str]
 
@@ -42,8 +43,53 @@ def wikipedia_summaries(options: Mapping[str, Any]) -> list[Candidate]:
     ]
 
 
+RIOT_PACKAGE = "riot-na==5.2.0"
+RIOT_V_GENES = "riot_na/databases/gene_db/aa_genes/v_genes"
+
+
+def _fasta_records(text: str) -> list[tuple[str, str]]:
+    """(name, sequence) of every record of a FASTA text; the name is the header's first
+    tab-separated field, the sequence its lines joined."""
+    records: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith(">"):
+            records.append((line[1:].split("\t")[0].strip(), []))
+        elif line.strip() and records:
+            records[-1][1].append(line.strip())
+    return [(name, "".join(lines)) for name, lines in records]
+
+
+def antibody_v_genes(options: Mapping[str, Any]) -> list[Candidate]:
+    """Amino-acid sequences of germline antibody V gene segments (heavy, kappa and lambda
+    chains) of the ``species`` asked for (``human``, ``mouse``, ``alpaca``; default human and
+    mouse: 327 and 1,109 alleles, 1,253 distinct sequences), as the RIOT-NA aligner ships
+    them (``riot-na`` 5.2.0, after IMGT). These are germline V segments alone, 93-105
+    residues ending at the start of CDR3, not rearranged antibodies (no D and J segments,
+    no somatic mutations).
+
+    Each sequence is one text, its residues (one-letter codes) separated by single spaces,
+    as protein language models such as AntiBERTy read them; identical sequences (alleles
+    of several genes, or of both species) are kept once, under the first gene's name.
+    """
+    folder = package_folder(RIOT_PACKAGE, RIOT_V_GENES)
+    available = sorted(path.stem for path in folder.glob("*.fasta") if path.stem != "all_species")
+    seen: set[str] = set()
+    candidates: list[Candidate] = []
+    for species in options.get("species", ["human", "mouse"]):
+        if species not in available:
+            raise LayerlawsError(
+                f"riot-na has no antibody V genes of species {species!r}; available: {available}"
+            )
+        for name, sequence in _fasta_records((folder / f"{species}.fasta").read_text()):
+            if sequence not in seen:
+                seen.add(sequence)
+                candidates.append((" ".join(sequence), f"riot-na:{name}"))
+    return candidates
+
+
 PACKAGED_CORPORA: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {
     "wikipedia_summaries": wikipedia_summaries,
+    "antibody_v_genes": antibody_v_genes,
 }
 
 
