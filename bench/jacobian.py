@@ -5,8 +5,19 @@ randomised against full SVD of the resulting Jacobian.
 On the default model (results/models/smollm2-135m, after `make run`), its middle block
 and the paper's prompt: the d × d self-Jacobian of the last token, J = ∂f(X)_T / ∂x_T.
 The loop builds the block's autograd graph once and pulls back one cotangent at a time
-through it. Times are the best of three runs. The SVDs keep the top K = 50 singular
-values; the difference is the largest relative one.
+through it. Times are the best of three runs, but the loop's: one run (it takes about 90 s
+on a loaded 2-core CPU, and the whole bench must stay within 12 minutes). The SVDs keep
+the top K = 50 singular values; the difference is the largest relative one.
+
+Then the whole depth measurement (every block's last-token Jacobian: top-K factors, the
+coupling matrix of every pair, m̃) at K = 10, matrix-free (``coupling.svd: matrix_free``,
+layerlaws.coupling.operators) against the formed Jacobians with a full SVD: on the model
+above (d = 576 for SmolLM2), both paths over every block, with the accuracy (largest
+relative difference of the top-10 singular values, largest |Δm̃| over the L × L matrix);
+and on a randomly initialised Qwen2 with Qwen2.5-1.5B's shapes (d = 1536, 28 blocks; its
+products cost what the real model's do) on random token ids as many as the prompt's. There
+both paths are timed on ``SAMPLED`` blocks and scaled to 28 (the matrix-free one with
+the 28·K coupling columns every block needs), and m̃ is compared among those blocks.
 
 Usage: .venv/bin/python bench/jacobian.py [model folder] [vjp_chunk]
 """
@@ -17,13 +28,25 @@ import sys
 import time
 
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
+from layerlaws.coupling.miscoupling import metric_matrices
+from layerlaws.coupling.operators import (
+    DenseJacobian,
+    Linearisation,
+    TokenJacobian,
+    coupling_stack,
+    randomized_factors,
+)
 from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model, load_tokenizer
 
 PROMPT = "What is the capital of France? The capital is"
 K = 50
+DEPTH_K = 10
+SAMPLED = 2
+"""Blocks of the d = 1536 model both paths are timed on."""
 
 
 def best_of(function, repeats: int = 3):
@@ -63,7 +86,7 @@ def main() -> None:
         f"hidden size {stream.shape[1]}, vjp_chunk {vjp_chunk}"
     )
     batched, vmap_s = best_of(lambda: jacobian_rows(branch, stream, last, [last], vjp_chunk)[0])
-    single, loop_s = best_of(lambda: looped(branch, stream, last))
+    single, loop_s = best_of(lambda: looped(branch, stream, last), repeats=1)
     difference = (batched - single).abs().max().item()
     print(f"batched: {vmap_s:7.3f} s   loop: {loop_s:7.3f} s   max |difference| {difference:.2e}")
     (_, full, _), full_s = best_of(lambda: top_singular(batched, K, "full"))
@@ -77,6 +100,72 @@ def main() -> None:
         f"vmap_vs_loop={loop_s / vmap_s:.2f} randomized_vs_full={full_s / fast_s:.2f} "
         f"max_sv_rel_diff={relative:.3e}"
     )
+    depth_comparison(calls, streams[:-1], vjp_chunk, len(calls))
+    qwen = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=1000,
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            attn_implementation="eager",
+        )
+    ).eval()
+    random_ids = torch.randint(0, 1000, ids.shape, generator=torch.Generator().manual_seed(0))
+    calls, streams = trace_blocks(qwen, random_ids)
+    sampled = [round(i * (len(calls) - 1) / (SAMPLED - 1)) for i in range(SAMPLED)]
+    print(f"d = 1536: timing blocks {[b + 1 for b in sampled]} of {len(calls)}, scaled to all")
+    depth_comparison(
+        [calls[b] for b in sampled], [streams[b] for b in sampled], vjp_chunk, len(calls)
+    )
+
+
+def depth_comparison(calls, streams, vjp_chunk: int, num_layers: int) -> None:
+    """Both paths of the depth measurement at K = ``DEPTH_K`` on the given blocks (each
+    block's input stream (T, d) in ``streams``, one per call), timed
+    and scaled to ``num_layers`` blocks (the matrix-free coupling step with the
+    ``num_layers``·K columns each block needs: the given blocks' factors repeated)."""
+    last, width, scale = streams[0].shape[0] - 1, streams[0].shape[1], num_layers / len(calls)
+    started = time.perf_counter()
+    formed = [
+        DenseJacobian(jacobian_rows(c.branch, x, last, [last], vjp_chunk)[0])
+        for c, x in zip(calls, streams, strict=True)
+    ]
+    full_factors = [top_singular(j.matrix, DEPTH_K) for j in formed]
+    full_m = miscoupling(formed, full_factors, full_factors * round(scale))
+    full_s = (time.perf_counter() - started) * scale
+    started = time.perf_counter()
+    operators = [
+        TokenJacobian(Linearisation(c.branch, x, vjp_chunk), last, last)
+        for c, x in zip(calls, streams, strict=True)
+    ]
+    free_factors = [randomized_factors(j, DEPTH_K) for j in operators]
+    free_m = miscoupling(operators, free_factors, free_factors * round(scale))
+    free_s = (time.perf_counter() - started) * scale
+    values = max(
+        ((f[1] - m[1]).abs() / m[1]).max().item()
+        for f, m in zip(free_factors, full_factors, strict=True)
+    )
+    difference = (free_m - full_m).abs().max().item()
+    print(
+        f"depth at K = {DEPTH_K}, {num_layers} blocks: whole Jacobians + full SVD {full_s:8.1f} s"
+        f"{' (scaled)' if scale != 1 else ''}   matrix-free {free_s:8.1f} s   top-{DEPTH_K} "
+        f"singular values, largest relative difference {values:.2e}"
+    )
+    print(
+        f"matrix_free_vs_full={full_s / free_s:.2f} d={width} max_miscoupling_diff={difference:.3e}"
+    )
+
+
+def miscoupling(operators, factors, timed) -> torch.Tensor:
+    """m̃ of every pair of the given blocks; the coupling products are made with all of
+    ``timed`` (one factor per block of the whole model) and cut to the given blocks."""
+    couplings = torch.stack(
+        [coupling_stack(op, timed, DEPTH_K)[: len(factors)] for op in operators]
+    )
+    return metric_matrices(couplings, None, None, [DEPTH_K])["paper", DEPTH_K]
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ Eq. 7, unless ``final_norm`` is off):
   J_{t, t2} (``fixed_output``, t ≤ t2) and with the input token fixed J_{t1, t}
   (``fixed_input``, t ≥ t1), as in §3.1. One VJP per output row gives every input token
   at once, so each output token's rows are computed once and sliced for all three kinds;
+- under ``svd: matrix_free`` no Jacobian is formed: each is an operator of VJPs and JVPs
+  through its block's graph (``layerlaws.coupling.operators``), its factors come from a
+  randomised block Krylov SVD and each coupling matrix from products with it; every step
+  after (``metric_matrices``) is shared with the formed path;
 - coupling matrices: A = U′_Kᵀ J V′_K (§3.1) at the smallest K, of every depth pair and
   of the ``self`` kind at the first token layer pair, for the grids of Figs. 3 and 4;
 - trajectories: per token the line-shape score, expodistance and the coefficient of
@@ -38,11 +42,15 @@ import torch
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
-from layerlaws.coupling.miscoupling import (
-    OWN_VALUES_FREE,
+from layerlaws.coupling.miscoupling import OWN_VALUES_FREE, metric_matrices, needs_swapped
+from layerlaws.coupling.operators import (
+    DenseJacobian,
     Factors,
-    coupling_matrices,
-    miscoupling_matrices,
+    Linearisation,
+    Operator,
+    TokenJacobian,
+    coupling_stack,
+    randomized_factors,
 )
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
@@ -58,6 +66,7 @@ from layerlaws.models.heads import lens_entropy_and_loss
 log = logging.getLogger(__name__)
 
 TOKEN_KINDS = ("self", "fixed_output", "fixed_input")
+MATRIX_FREE = "matrix_free"
 
 
 @dataclass(frozen=True)
@@ -114,22 +123,58 @@ class PromptMeasurement:
     singular vectors of J^{l′}_{t′t′}, (T, T, K, K) float32."""
 
 
+class _BlockJacobians:
+    """The Jacobians J_{t1 t2} of one block at its stream (T, d), as operators: formed by
+    ``jacobian_rows`` (``svd`` full or randomized) or matrix-free, through one
+    ``Linearisation`` of the block shared by all of them (``matrix_free``)."""
+
+    def __init__(self, call: BlockCall, stream: torch.Tensor, svd: str, vjp_chunk: int) -> None:
+        self.call, self.stream, self.vjp_chunk = call, stream, vjp_chunk
+        self.linearisation = (
+            Linearisation(call.branch, stream, vjp_chunk) if svd == MATRIX_FREE else None
+        )
+
+    def between(self, output: int, inputs: Sequence[int]) -> list[Operator]:
+        """J_{t1, output} for each t1 of ``inputs``."""
+        if self.linearisation is not None:
+            return [TokenJacobian(self.linearisation, t1, output) for t1 in inputs]
+        rows = jacobian_rows(self.call.branch, self.stream, output, inputs, self.vjp_chunk)
+        return [DenseJacobian(matrix) for matrix in rows]
+
+
+def _factors(operator: Operator, k: int, svd: str, seed: int) -> Factors:
+    """Top-``k`` singular triplets of a Jacobian as ``svd`` says."""
+    if isinstance(operator, DenseJacobian):
+        return top_singular(operator.matrix, k, svd, seed)
+    return randomized_factors(operator, k, seed)
+
+
+def _couplings(
+    coupled: Sequence[Operator], factors: Sequence[Factors], k: int, swapped: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A[a, b] = U′_bᵀ J_a V′_b, (n_a, n_b, k, k) float64, and the swapped ones if asked."""
+    couplings = torch.stack([coupling_stack(op, factors, k) for op in coupled])
+    if not swapped:
+        return couplings, None
+    return couplings, torch.stack([coupling_stack(op, factors, k, True) for op in coupled])
+
+
 def _token_jacobians(
-    call: BlockCall, stream: torch.Tensor, fixed_input: int, fixed_output: int, vjp_chunk: int
-) -> dict[str, list[tuple[int, torch.Tensor]]]:
+    jacobians: _BlockJacobians, length: int, fixed_input: int, fixed_output: int
+) -> dict[str, list[tuple[int, Operator]]]:
     """Per kind, (varying token, Jacobian (d, d)) of one block: J_{tt} for every t, J_{t,
     fixed_output} for t ≤ fixed_output, J_{fixed_input, t} for t ≥ fixed_input."""
-    kinds: dict[str, list[tuple[int, torch.Tensor]]] = {kind: [] for kind in TOKEN_KINDS}
-    for output in range(stream.shape[0]):
+    kinds: dict[str, list[tuple[int, Operator]]] = {kind: [] for kind in TOKEN_KINDS}
+    for output in range(length):
         wanted = sorted({output} | ({fixed_input} if output >= fixed_input else set()))
         if output == fixed_output:
             wanted = list(range(output + 1))
-        rows = jacobian_rows(call.branch, stream, output, wanted, vjp_chunk)
-        kinds["self"].append((output, rows[wanted.index(output)]))
+        found = jacobians.between(output, wanted)
+        kinds["self"].append((output, found[wanted.index(output)]))
         if output >= fixed_input:
-            kinds["fixed_input"].append((output, rows[wanted.index(fixed_input)]))
+            kinds["fixed_input"].append((output, found[wanted.index(fixed_input)]))
         if output == fixed_output:
-            kinds["fixed_output"] = list(enumerate(rows))
+            kinds["fixed_output"] = list(enumerate(found))
     return kinds
 
 
@@ -152,20 +197,22 @@ def measure_prompt(
     last, k_max, k_kept = length - 1, max(ks), min(ks)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
 
+    seed, swapped = settings.svd_seed, needs_swapped(settings.metrics)
     depth = [
-        jacobian_rows(call.branch, stream, last, [last], vjp_chunk)[0]
+        _BlockJacobians(call, stream, svd, vjp_chunk).between(last, [last])[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
-    depth_factors = [top_singular(j, k_max, svd, settings.svd_seed) for j in depth]
-    matrices = miscoupling_matrices(
-        depth, [s for _, s, _ in depth_factors], depth_factors, ks, settings.metrics
+    depth_factors = [_factors(j, k_max, svd, seed) for j in depth]
+    couplings, swapped_couplings = _couplings(depth, depth_factors, k_max, swapped)
+    matrices = metric_matrices(
+        couplings, swapped_couplings, [s for _, s, _ in depth_factors], ks, settings.metrics
     )
     result.depth = [
         {"layer_a": a + 1, "layer_b": b + 1, "k": k, "metric": metric, "miscoupling": float(value)}
         for (metric, k), matrix in matrices.items()
         for (a, b), value in np.ndenumerate(matrix.numpy())
     ]
-    result.depth_couplings = _kept_couplings(depth, depth_factors, k_kept)
+    result.depth_couplings = _kept(couplings, k_kept)
     result.factors = {
         "u": torch.stack([u for u, _, _ in depth_factors]).cpu().numpy(),
         "s": torch.stack([s for _, s, _ in depth_factors]).cpu().numpy(),
@@ -183,10 +230,13 @@ def measure_prompt(
     fixed_output = token_coupling.token(
         token_coupling.fixed_output_token, length, "fixed_output_token"
     )
-    seed, needs_values = settings.svd_seed, bool(set(settings.metrics) - OWN_VALUES_FREE)
+    needs_values = bool(set(settings.metrics) - OWN_VALUES_FREE)
     jacobians = {
         layer: _token_jacobians(
-            calls[layer - 1], streams[layer - 1], fixed_input, fixed_output, vjp_chunk
+            _BlockJacobians(calls[layer - 1], streams[layer - 1], svd, vjp_chunk),
+            length,
+            fixed_input,
+            fixed_output,
         )
         for layer in token_coupling.layers
     }
@@ -194,17 +244,18 @@ def measure_prompt(
         for kind in TOKEN_KINDS:
             tokens = [token for token, _ in jacobians[layer_a][kind]]
             coupled = [j for _, j in jacobians[layer_a][kind]]
-            factors = [top_singular(j, k_max, svd, seed) for _, j in jacobians[layer_b][kind]]
+            factors = [_factors(j, k_max, svd, seed) for _, j in jacobians[layer_b][kind]]
             own = None
             if needs_values:  # the released metrics divide by the coupled J's own values
                 own = (
                     [s for _, s, _ in factors]
                     if layer_a == layer_b
-                    else [top_singular(j, k_max, svd, seed)[1] for j in coupled]
+                    else [_factors(j, k_max, svd, seed)[1] for j in coupled]
                 )
-            matrices = miscoupling_matrices(coupled, own, factors, ks, settings.metrics)
+            couplings, swapped_couplings = _couplings(coupled, factors, k_max, swapped)
+            matrices = metric_matrices(couplings, swapped_couplings, own, ks, settings.metrics)
             if pair == 0 and kind == "self":
-                result.token_couplings = _kept_couplings(coupled, factors, k_kept)
+                result.token_couplings = _kept(couplings, k_kept)
             result.tokens += [
                 {
                     "layer_a": layer_a,
@@ -251,14 +302,9 @@ def measure_prompt(
     return result
 
 
-def _kept_couplings(
-    jacobians: Sequence[torch.Tensor], factors: Sequence[Factors], k: int
-) -> np.ndarray:
-    """A[a, b] = U′_bᵀ J_a V′_b at K = ``k`` of every Jacobian with every factor, (n_a,
-    n_b, k, k) float32 on the CPU."""
-    return np.stack(
-        [coupling_matrices(jacobian, factors, k).float().cpu().numpy() for jacobian in jacobians]
-    )
+def _kept(couplings: torch.Tensor, k: int) -> np.ndarray:
+    """The coupling matrices (n_a, n_b, K, K) cut to K = ``k``, float32 on the CPU."""
+    return couplings[:, :, :k, :k].float().cpu().numpy()
 
 
 @dataclass

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.coupling.operators import DenseJacobian, Factors, coupling_stack
 
 PAPER = "paper"
 UNNORMALISED = "unnormalised"
@@ -38,9 +39,6 @@ RELEASED = {
 """The released code's metrics: (normaliser, whether U′ and V′ are swapped)."""
 METRICS = (PAPER, UNNORMALISED, *RELEASED)
 """The coupling metrics, ``paper`` first (the default, with ``unnormalised``)."""
-
-Factors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-"""Top singular triplets U (d, K), S (K,), V (d, K) of a Jacobian."""
 
 
 def miscoupling(coupling: torch.Tensor) -> float:
@@ -80,18 +78,6 @@ def metric_values(
     return _released(swapped if is_swapped else couplings, values, normaliser)
 
 
-def coupling_matrices(
-    jacobian: torch.Tensor, factors: Sequence[Factors], k: int, swapped: bool = False
-) -> torch.Tensor:
-    """A = U′_Kᵀ J V′_K of the Jacobian J (d, d) with the top-``k`` singular vectors of
-    each of ``factors`` (V′_Kᵀ J U′_K when ``swapped``): (n_b, k, k), J's dtype and
-    device."""
-    u = torch.stack([factor[0][:, :k] for factor in factors])  # (n_b, d, k)
-    v = torch.stack([factor[2][:, :k] for factor in factors])
-    left, right = (v, u) if swapped else (u, v)
-    return left.transpose(1, 2) @ jacobian @ right
-
-
 def miscoupling_matrices(
     jacobians: Sequence[torch.Tensor],
     values: Sequence[torch.Tensor] | None,
@@ -99,12 +85,43 @@ def miscoupling_matrices(
     ks: Sequence[int],
     metrics: Sequence[str] = (PAPER,),
 ) -> dict[tuple[str, int], torch.Tensor]:
-    """M[a, b] of every metric and K: the Jacobian J_a (d, d), with its own top singular
-    values ``values[a]`` (at least max K; None will do for ``paper`` and
-    ``unnormalised``), coupled with the top-K singular vectors of ``factors[b]``. Each
-    coupling matrix is computed once at the largest K and cut for the smaller ones (A_K is
-    the top-left K × K block of A_{K_max}). Returns {(metric, K): (n_a, n_b) float64 on
-    the CPU}."""
+    """M[a, b] of every metric and K: the formed Jacobian J_a (d, d), with its own top
+    singular values ``values[a]`` (at least max K; None will do for ``paper`` and
+    ``unnormalised``), coupled with the top-K singular vectors of ``factors[b]``
+    (``metric_matrices`` of their coupling matrices). Returns {(metric, K): (n_a, n_b)
+    float64 on the CPU}."""
+    operators = [DenseJacobian(jacobian) for jacobian in jacobians]
+    k_max, swapped = max(ks), needs_swapped(metrics)
+    return metric_matrices(
+        torch.stack([coupling_stack(op, factors, k_max) for op in operators]),
+        torch.stack([coupling_stack(op, factors, k_max, True) for op in operators])
+        if swapped
+        else None,
+        None if values is None else [own[:k_max] for own in values],
+        ks,
+        metrics,
+    )
+
+
+def needs_swapped(metrics: Sequence[str]) -> bool:
+    """Whether some of ``metrics`` need the swapped coupling matrices V′ᵀ J U′."""
+    return any(RELEASED[metric][1] for metric in metrics if metric in RELEASED)
+
+
+def metric_matrices(
+    couplings: torch.Tensor,
+    swapped: torch.Tensor | None,
+    values: Sequence[torch.Tensor] | None,
+    ks: Sequence[int],
+    metrics: Sequence[str] = (PAPER,),
+) -> dict[tuple[str, int], torch.Tensor]:
+    """M[a, b] of every metric and K from the coupling matrices A[a, b] = U′_bᵀ J_a V′_b
+    (n_a, n_b, K_max, K_max) at the largest K (A_K is their top-left K × K block), the
+    swapped ones V′_bᵀ J_a U′_b (the same shape; None unless ``needs_swapped``) and J_a's
+    own top singular values ``values[a]`` (at least K_max; None will do for ``paper`` and
+    ``unnormalised``). However the A were made (formed Jacobians or matrix-free
+    products), this is where every metric is taken. Returns {(metric, K): (n_a, n_b)
+    float64 on the CPU}."""
     unknown = [metric for metric in metrics if metric not in METRICS]
     if unknown:
         raise LayerlawsError(
@@ -116,24 +133,16 @@ def miscoupling_matrices(
                 f"coupling.metrics {list(metrics)}: the released metrics need each Jacobian's "
                 "own singular values"
             )
-        values = [torch.zeros(0)] * len(jacobians)
-    k_max = max(ks)
-    needs_swapped = any(RELEASED[metric][1] for metric in metrics if metric in RELEASED)
+        values = [torch.zeros(0)] * len(couplings)
     rows: dict[tuple[str, int], list[torch.Tensor]] = {(m, k): [] for m in metrics for k in ks}
-    for jacobian, own in zip(jacobians, values, strict=True):
-        couplings = coupling_matrices(jacobian, factors, k_max).double()
-        swapped = (
-            coupling_matrices(jacobian, factors, k_max, swapped=True).double()
-            if needs_swapped
-            else None
-        )
+    for a, own in zip(range(len(couplings)), values, strict=True):
         for k in ks:
             for metric in metrics:
                 rows[metric, k].append(
                     metric_values(
                         metric,
-                        couplings[:, :k, :k],
-                        None if swapped is None else swapped[:, :k, :k],
+                        couplings[a, :, :k, :k].double(),
+                        None if swapped is None else swapped[a, :, :k, :k].double(),
                         own[:k].double(),
                     ).cpu()
                 )

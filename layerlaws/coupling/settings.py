@@ -48,10 +48,13 @@ class CouplingSettings(StageSettings):
     """Coupling metrics measured (``layerlaws.coupling.miscoupling``): ``paper`` is Aubry et
     al.'s m̃ (Eq. 14), ``unnormalised`` their m (Eq. 13), the ``released_*`` ones their
     released code's."""
-    svd: str = field(default="full", metadata=parsed(one_of("full", "randomized")))
-    """The top singular vectors by a full or a randomized SVD."""
+    svd: str = field(default="full", metadata=parsed(one_of("full", "randomized", "matrix_free")))
+    """The top singular vectors by a full or a randomized SVD of each formed Jacobian, or
+    (``matrix_free``) by a randomised block Krylov SVD of Jacobian–vector products, the
+    coupling matrices from products too, no Jacobian formed
+    (``layerlaws.coupling.operators``)."""
     svd_seed: int = field(default=0, metadata=parsed(integer))
-    """Seed of the randomized SVD's random projection (the same for every Jacobian)."""
+    """Seed of the randomized SVDs' random projection (the same for every Jacobian)."""
     init_seed: int = field(default=0, metadata=parsed(integer))
     """Seed of the randomly initialised twin."""
     lss_window: int = field(default=11, metadata=parsed(integer))

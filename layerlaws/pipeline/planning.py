@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.coupling.costs import prompt_products
 from layerlaws.coupling.layers import layer_pairs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.forward.kept_states import storage_dtype
@@ -164,10 +165,20 @@ class JobPlanner:
         layers = len({layer for pair in pairs for layer in pair})
         jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size**2 * 4
         # A Jacobian costs about hidden_size backward passes: count it as that many tokens.
+        passes = size.hidden_size
+        coupling = self.config["coupling"]
+        if coupling["svd"] == "matrix_free":
+            # Products, each one block's backward over the prompt; factors, not Jacobians, held.
+            k_max = max(coupling["ks"])
+            products = prompt_products(
+                size.num_layers, size.hidden_size, length, k_max, coupling["metrics"], pairs
+            )
+            passes = -(-products // size.num_layers)
+            jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * k_max * 8
         return model_pass_needs(
             size=size,
             dtype=dtype,
-            n_tokens=count * length * size.hidden_size,
+            n_tokens=count * length * passes,
             batch_tokens=length,
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
