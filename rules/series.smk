@@ -1,5 +1,6 @@
 # Stage 7: one summary per series (checkpoints, sizes, families) and its figures: each
-# quantity against x, generalisation against coupling, and the scores' other fits.
+# quantity against x, the members side by side, generalisation against coupling, and the
+# scores' other fits.
 
 
 rule summarize_series:
@@ -43,6 +44,12 @@ rule plot_series:
         generalisation=report(
             f"{LAYOUT.series()}/generalisation.{PLOT_FORMAT}",
             caption="../report/series_generalisation.rst",
+            category="Series",
+            subcategory="{series}",
+        ),
+        members=report(
+            f"{LAYOUT.series()}/members.{PLOT_FORMAT}",
+            caption="../report/series_members.rst",
             category="Series",
             subcategory="{series}",
         ),

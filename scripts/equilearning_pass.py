@@ -30,6 +30,7 @@ from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.pipeline.execution import Execution
+from layerlaws.text.spans import token_spans, tokenizer_fingerprint
 
 
 def main() -> None:
@@ -57,7 +58,15 @@ def main() -> None:
         settings.shuffle_seed,
         present_ids(tokens, settings.offsets) if settings.shuffle == "present" else None,
     )
-    evaluation = HeldOutEvaluation(target_offset)
+    # An encoder saved without its masked-LM head has logits that mean nothing: no held-out
+    # evaluation (its table is one row of NaN).
+    evaluation = HeldOutEvaluation(
+        target_offset,
+        token_spans(tokens, tokenizer) if facts.lm_head_trained else None,
+        tokenizer_fingerprint(tokenizer),
+    )
+    if not facts.lm_head_trained:
+        log.warning("%s has no trained LM head: no held-out evaluation", snakemake.input.model)
     classes = counted_classes(tokens, settings.fuzziness, target_offset)
     fuzziness = SeparationFuzziness(facts, settings.norms, classes, target_offset)
     views_settings = settings.token_views
@@ -85,7 +94,7 @@ def main() -> None:
             [statistics, fuzziness, views],
             execution.batch_size,
             claim.device,
-            logit_observers=[evaluation],
+            logit_observers=[evaluation] if facts.lm_head_trained else [],
         )
     write_csv(snakemake.output.pr, statistics.table(settings.cutoff))
     held_out = evaluation.table()

@@ -3,7 +3,12 @@
 import polars as pl
 
 from layerlaws.core.logs import run_logged
-from layerlaws.series.plots import plot_generalisation, plot_quantities, plot_score_fits
+from layerlaws.series.plots import (
+    plot_generalisation,
+    plot_members,
+    plot_quantities,
+    plot_score_fits,
+)
 from layerlaws.series.summary import FITS_SCHEMA
 
 
@@ -14,6 +19,7 @@ def main() -> None:
     plot_quantities(
         summary, params.x, path=output.quantities, title=params.title, options=params.plots
     )
+    plot_members(summary, path=output.members, title=params.title, options=params.plots)
     for draw, figure in (
         (plot_generalisation, output.generalisation),
         (plot_score_fits, output.fits),

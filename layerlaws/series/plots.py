@@ -1,7 +1,8 @@
 """Figures of a series and of a training run: each quantity against x (emergence with
 training, scaling with size), generalisation against coupling with its fitted line (Aubry
-et al., Fig. 1a), and the scores' exponential fit against coupling (Fig. 8) and linear fits
-against size, depth and width (§5.4)."""
+et al., Fig. 1a), the scores' exponential fit against coupling (Fig. 8) and linear fits
+against size, depth and width (§5.4), and the members side by side (He & Su, Figs. 4 and
+7; Yao & Xu, Fig. 5B)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from layerlaws.series.summary import (
     HYPERPARAMETERS,
     PAPER_METRIC,
     TWIN_SUFFIXES,
+    coupling_column,
     coupling_column_parts,
     fit_points,
 )
@@ -30,6 +32,8 @@ QUANTITY_LABELS = {
     "overall_decay": "PR_L / PR_1",
     "loss": "held-out loss (nats)",
     "accuracy": "top-1 accuracy",
+    "bits_per_byte": "bits per byte",
+    "bits_per_character": "bits per character",
     "lss_mean": "mean line-shape score",
     "lss_median": "median line-shape score",
     "expodistance_mean": "mean expodistance",
@@ -39,7 +43,17 @@ QUANTITY_LABELS = {
     "rcos_we_next": "R_cos(W_E, φ_next)",
     "rcos_wu_pre": "R_cos(W_U, φ_pre)",
 }
-PER_DATASET = ("rho", "pearson", "pr_first", "pr_last", "overall_decay", "loss", "accuracy")
+PER_DATASET = (
+    "rho",
+    "pearson",
+    "pr_first",
+    "pr_last",
+    "overall_decay",
+    "loss",
+    "accuracy",
+    "bits_per_byte",
+    "bits_per_character",
+)
 """Quantities measured on each probing dataset (one line per dataset)."""
 X_LABELS = {
     "step": "training step",
@@ -112,6 +126,12 @@ def _panels(count: int, n_columns: int, height: float, options: Mapping[str, Any
     )
 
 
+def _dataset_rows(summary: pl.DataFrame, dataset: str | None) -> pl.DataFrame:
+    """One row per model: of ``dataset``, or the first of each model for None."""
+    rows = summary if dataset is None else summary.filter(pl.col("dataset") == dataset)
+    return rows.unique("model", keep="first", maintain_order=True)
+
+
 def plot_quantities(
     summary: pl.DataFrame,
     x_kind: str,
@@ -129,8 +149,7 @@ def plot_quantities(
     for axis, column in zip(axes.flat, columns, strict=False):
         per_dataset = column in PER_DATASET
         for dataset in datasets if per_dataset else [None]:
-            rows = summary if dataset is None else summary.filter(pl.col("dataset") == dataset)
-            rows = rows.unique("model", keep="first", maintain_order=True)
+            rows = _dataset_rows(summary, dataset)
             positions = (
                 [models.index(model) for model in rows["model"]]
                 if x_kind == "label"
@@ -183,7 +202,7 @@ def _draw_fit(axis: Any, summary: pl.DataFrame, fit: Mapping[str, Any]) -> None:
         label = f"{fit['amplitude']:.3g}·exp({fit['rate']:.3g} x), R² = {fit['r2']:.2f}"
     axis.plot(line, curve, "-", color="C1", label=label)
     axis.set_xlabel(_predictor_label(fit))
-    measure = fit["generalisation"]
+    measure = _label(fit["generalisation"])
     axis.set_ylabel(measure + ("" if fit["dataset"] is None else f" ({fit['dataset']})"))
     axis.legend(fontsize=7)
 
@@ -198,20 +217,37 @@ def _plot_fits(
 ) -> None:
     """A panel per fit (``_draw_fit``); a note when there is none."""
     figure, axes = _panels(len(fits), min(3, max(1, len(fits))), 2.8, options)
-    if fits.is_empty():
-        axes[0, 0].text(
-            0.5,
-            0.5,
-            "nothing to fit: a generalisation measure (and coupling)\n"
-            "is needed for at least three models",
-            ha="center",
-            va="center",
-        )
-        axes[0, 0].set_axis_off()
     for axis, fit in zip(axes.flat, fits.iter_rows(named=True), strict=False):
         _draw_fit(axis, summary, fit)
-    for axis in list(axes.flat)[len(fits) :]:
-        axis.set_visible(len(fits) == 0 and axis is axes[0, 0])
+    _finish(
+        figure,
+        axes,
+        len(fits),
+        "nothing to fit: a generalisation measure (and coupling)\n"
+        "is needed for at least three models",
+        path=path,
+        title=title,
+        options=options,
+    )
+
+
+def _finish(
+    figure: Any,
+    axes: Any,
+    count: int,
+    empty_note: str,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """Hide the panels beyond the ``count`` drawn (with none, the first says
+    ``empty_note``), title the figure and save it."""
+    if count == 0:
+        axes[0, 0].text(0.5, 0.5, empty_note, ha="center", va="center")
+        axes[0, 0].set_axis_off()
+    for axis in list(axes.flat)[count:]:
+        axis.set_visible(count == 0 and axis is axes[0, 0])
     figure.suptitle(title, fontsize=10)
     save_figure(figure, path, options)
 
@@ -247,3 +283,67 @@ def plot_score_fits(
     )
     sizes = fits.filter(pl.col("predictor").is_in(list(HYPERPARAMETERS)))
     _plot_fits(summary, pl.concat([exponential, sizes]), path=path, title=title, options=options)
+
+
+MEMBERS_K = 10
+"""The K of the members figure's coupling (Aubry et al. §5.4), or the smallest measured."""
+
+
+def member_quantities(summary: pl.DataFrame) -> list[str]:
+    """The columns of the members figure that have a value: the law's ρ and r and PR_L /
+    PR_1 (He & Su, Figs. 4 and 7), R_cos(W_E, φ_next) (Yao & Xu, Fig. 5B), the mean m̃
+    over all layer pairs (paper's metric) at ``MEMBERS_K`` or the smallest K, and bits per
+    byte."""
+    ks = [
+        coupling_column_parts(c)[1]
+        for c in summary.columns
+        if c.startswith("miscoupling_all_k") and coupling_column_parts(c)[2] == PAPER_METRIC
+    ]
+    coupling = [coupling_column("all", MEMBERS_K if MEMBERS_K in ks else min(ks), PAPER_METRIC)]
+    candidates = ["rho", "pearson", "overall_decay", "rcos_we_next"]
+    candidates += (coupling if ks else []) + ["bits_per_byte"]
+    return [
+        c
+        for c in candidates
+        if c in summary.columns and summary[c].cast(pl.Float64).fill_nan(None).count() > 0
+    ]
+
+
+def plot_members(
+    summary: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """The members side by side: a row per member (its model key), sorted by parameters,
+    and a panel per quantity of ``member_quantities``, a dot per probing dataset (coloured,
+    with a legend when the series has several)."""
+    columns = member_quantities(summary)
+    members = summary.sort("parameters", maintain_order=True)["model"].unique(maintain_order=True)
+    datasets = summary["dataset"].unique(maintain_order=True).to_list()
+    figure, axes = _panels(
+        len(columns), min(3, max(1, len(columns))), 0.8 + 0.3 * len(members), options
+    )
+    for axis, column in zip(axes.flat, columns, strict=False):
+        drawn = datasets if column in PER_DATASET else [None]
+        for index, dataset in enumerate(drawn):
+            rows = _dataset_rows(summary, dataset)
+            shift = 0.2 * (index - (len(drawn) - 1) / 2)
+            positions = [members.index_of(model) + shift for model in rows["model"]]
+            axis.plot(rows[column], positions, "o", markersize=4, color=f"C{index}", label=dataset)
+        axis.set_yticks(range(len(members)), members.to_list(), fontsize=7)
+        axis.set_ylim(len(members) - 0.5, -0.5)
+        axis.grid(axis="x", alpha=0.3)
+        axis.set_title(_label(column), fontsize=9)
+        if len(drawn) > 1:
+            axis.legend(fontsize=6)
+    _finish(
+        figure,
+        axes,
+        len(columns),
+        "no member has a law, R_cos, coupling or bits per byte",
+        path=path,
+        title=title,
+        options=options,
+    )

@@ -10,7 +10,10 @@ Columns (absent stages leave theirs out):
   and ``tokens_seen``;
 - the law for the next token (offset +1) under norm ``norm`` without control: ``rho``,
   ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``;
-- held-out ``loss`` (nats), ``perplexity``, ``accuracy``;
+- held-out ``loss`` (nats per token), ``perplexity``, ``accuracy``, and
+  ``bits_per_byte``, ``bits_per_character`` of the same predictions (comparable across
+  tokenizers; ``layerlaws.equilearning.evaluation``), with ``tokenizer``, the
+  fingerprint of the model's vocabulary;
 - coupling of the trained weights, per K: ``miscoupling_all_k{K}``, the paper's aggregate
   (§5.4: m̃ of Eq. 14 of the last token's Jacobians averaged over all layer pairs l, l′,
   diagonal included, and over prompts) and ``miscoupling_offdiagonal_k{K}`` (pairs l ≠ l′
@@ -22,6 +25,10 @@ Columns (absent stages leave theirs out):
   checkpoint, its step-0 weights);
 - ``rcos_we_next`` = R_cos(W_E, φ_next), ``rcos_wu_pre`` = R_cos(W_U, φ_pre);
 - ``score_<name>`` for every external score of the model.
+
+The fits (``fits.csv``) take as held-out measure the loss when the members in the fits
+share one tokenizer, and bits per byte when their tokenizers differ
+(``held_out_measure``): a loss per token is not comparable across tokenizers.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.law import NEXT_TOKEN
 
 LAW_COLUMNS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
-EVALUATION_COLUMNS = ("loss", "perplexity", "accuracy")
+EVALUATION_COLUMNS = ("loss", "perplexity", "accuracy", "bits_per_byte", "bits_per_character")
 
 
 def law_columns(path: str, norm: str) -> dict[str, float]:
@@ -51,9 +58,12 @@ def law_columns(path: str, norm: str) -> dict[str, float]:
     return {column: float(law[column][0]) for column in LAW_COLUMNS}
 
 
-def evaluation_columns(path: str) -> dict[str, float]:
-    table = pl.read_csv(path)
-    return {column: float(table[column][0]) for column in EVALUATION_COLUMNS}
+def evaluation_columns(path: str) -> dict[str, Any]:
+    """The measures of an evaluation table (null where it has none) and its tokenizer's
+    fingerprint."""
+    table = pl.read_csv(path, schema_overrides={"tokenizer": pl.String})
+    measures = {column: table[column].cast(pl.Float64)[0] for column in EVALUATION_COLUMNS}
+    return measures | {"tokenizer": table["tokenizer"][0]}
 
 
 PAPER_METRIC = "paper"
@@ -354,20 +364,34 @@ def _fit_rows(
     return rows
 
 
+def held_out_measure(summary: pl.DataFrame) -> str | None:
+    """The held-out measure the fits compare across the members with ``in_fits``:
+    ``loss`` (nats per token) when they share one tokenizer (or the summary does not say),
+    ``bits_per_byte`` when their tokenizers differ; None without an evaluation."""
+    if "loss" not in summary.columns:
+        return None
+    if "tokenizer" not in summary.columns:
+        return "loss"
+    tokenizers = summary.filter(pl.col("in_fits"))["tokenizer"].drop_nulls()
+    return "bits_per_byte" if tokenizers.n_unique() > 1 else "loss"
+
+
 def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
     """The series' fits over its members with ``in_fits`` (columns ``FITS_SCHEMA``):
     - generalisation against coupling (Aubry et al., Fig. 1a), for every metric and K:
       coupling = −``miscoupling_all_k{K}[_{metric}]`` as x (predictor
       ``coupling_k{K}[_{metric}]``), as y each external score (one point per model) and
-      the held-out loss on each dataset, by least squares (``linear``); and each score by
+      the held-out measure on each dataset (``held_out_measure``: the loss, or bits per
+      byte across tokenizers), by least squares (``linear``); and each score by
       ``exponential_fit`` (``exponential``, Fig. 8);
     - each score against ``log10_parameters``, ``num_layers`` and ``hidden_size``
       (``linear``, §5.4).
     A fit needs three models with both numbers and two distinct x."""
     scores = [(c, None) for c in summary.columns if c.startswith("score_")]
     measures = list(scores)
-    if "loss" in summary.columns:
-        measures += [("loss", d) for d in summary["dataset"].unique(maintain_order=True)]
+    held_out = held_out_measure(summary)
+    if held_out is not None:
+        measures += [(held_out, d) for d in summary["dataset"].unique(maintain_order=True)]
     rows = []
     for column in [c for c in summary.columns if c.startswith("miscoupling_all_k")]:
         _, k, metric = coupling_column_parts(column)

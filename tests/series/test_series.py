@@ -20,6 +20,7 @@ from snakemake_runs import dry_run, run_ok, scheduled_jobs, snakemake, write_con
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.pipeline.expansion import expand_models, series_members, series_runs
+from layerlaws.series.plots import member_quantities, plot_members
 from layerlaws.series.summary import (
     coupling_columns,
     excluded_members,
@@ -125,6 +126,9 @@ SUMMARY_COLUMNS = [
     "loss",
     "perplexity",
     "accuracy",
+    "bits_per_byte",
+    "bits_per_character",
+    "tokenizer",
     "miscoupling_all_k2",
     "miscoupling_offdiagonal_k2",
     "miscoupling_all_k4",
@@ -160,7 +164,7 @@ def test_training_series_summary(series_run):
     assert checkpoints["step"].to_list() == [0, 2, 8]
     for name in ("curve.svg",):
         assert (results / "training/tiny" / name).stat().st_size > 1000
-    for name in ("quantities.svg", "generalisation.svg", "fits.svg"):
+    for name in ("quantities.svg", "members.svg", "generalisation.svg", "fits.svg"):
         assert (results / "series/tiny" / name).stat().st_size > 1000
     # Step 0 is its own random twin; later checkpoints keep that twin.
     twins = summary.select("lss_mean", "lss_mean_random", "expodistance_median_random")
@@ -227,7 +231,17 @@ def test_held_out_loss_equals_the_model_own_loss(series_run):
         with torch.no_grad():
             direct = network(input_ids=ids, attention_mask=mask, labels=labels).loss.item()
         evaluation = pl.read_csv(results / f"evaluation/{model}/mini.csv")
-        assert evaluation.columns == ["n_predictions", "loss", "perplexity", "accuracy"]
+        assert evaluation.columns == [
+            "n_predictions",
+            "n_bytes",
+            "n_characters",
+            "loss",
+            "perplexity",
+            "accuracy",
+            "bits_per_byte",
+            "bits_per_character",
+            "tokenizer",
+        ]
         assert evaluation["n_predictions"][0] == int((labels != -100).sum())
         assert evaluation["loss"][0] == pytest.approx(direct, rel=1e-5)
         assert evaluation["perplexity"][0] == pytest.approx(np.exp(direct), rel=1e-5)
@@ -256,6 +270,9 @@ def test_family_series_fits_scores_against_coupling(series_run):
     assert size["slope"] == pytest.approx(reference.slope)
     assert size["r2"] == pytest.approx(reference.rvalue**2)
     assert (results / "fits.svg").stat().st_size > 1000
+    assert (results / "members.svg").stat().st_size > 1000
+    # The tiny tokenizers share their vocabulary: the fits keep the loss per token.
+    assert summary["tokenizer"].n_unique() == 1
     for metric, suffix in (("paper", ""), ("released_trace", "_released_trace")):
         column = f"miscoupling_all_k2{suffix}"
         # The summary's aggregate is the mean of the trained weights' prompt-mean rows.
@@ -474,6 +491,43 @@ def test_series_fits_of_scores_against_size_and_coupling_leave_out_excluded_memb
     assert curve["slope"] is None and curve["p_value"] is None
 
 
+def test_fits_use_bits_per_byte_across_tokenizers_and_loss_within_one():
+    """Members in the fits with two tokenizers: the held-out measure fitted against
+    coupling is bits per byte; with one (a member of another tokenizer left out of the
+    fits), the loss."""
+    rng = np.random.default_rng(5)
+    n = 5
+    summary = pl.DataFrame(
+        {
+            "model": [f"m{i}" for i in range(n)],
+            "dataset": ["d"] * n,
+            "in_fits": [True] * n,
+            "parameters": [100, 200, 300, 400, 500],
+            "num_layers": [2] * n,
+            "hidden_size": [8] * n,
+            "miscoupling_all_k10": rng.uniform(0.5, 0.9, size=n),
+            "loss": rng.uniform(2.0, 3.0, size=n),
+            "bits_per_byte": rng.uniform(0.8, 1.2, size=n),
+            "tokenizer": ["aaa", "aaa", "bbb", "aaa", "aaa"],
+        }
+    )
+    for in_fits, measure in (
+        ([True] * n, "bits_per_byte"),
+        ([True, True, False, True, True], "loss"),
+    ):
+        rows = summary.with_columns(in_fits=pl.Series(in_fits))
+        (fit,) = series_fits(rows).iter_rows(named=True)
+        assert (fit["predictor"], fit["generalisation"], fit["dataset"]) == (
+            "coupling_k10",
+            measure,
+            "d",
+        )
+        kept = rows.filter(pl.col("in_fits"))
+        reference = stats.linregress(-kept["miscoupling_all_k10"], kept[measure])
+        assert fit["slope"] == pytest.approx(reference.slope, rel=1e-10)
+        assert fit["n"] == kept.height
+
+
 def test_excluded_members_by_key_or_by_the_key_they_expand_from():
     models = ["pythia@step0", "pythia@step512", "gemma-1.1-7b", "gemma-7b"]
     assert excluded_members(models, ["gemma-1.1-7b"]) == {"gemma-1.1-7b"}
@@ -655,3 +709,29 @@ def test_a_rerun_training_resumes_from_its_checkpoints(series_run, tmp_path):
     run_ok(workdir, "--forcerun", "train_model", "--", "results/training/tiny/training.json")
     assert json.loads((training / "training.json").read_text())["resumed_from_step"] == 8
     assert {name: (training / name).read_text() for name in before} == before
+
+
+def test_members_figure_draws_the_quantities_a_summary_has(tmp_path):
+    """The mean m̃ at K = 10, else the smallest K; a column without a value is left out;
+    members of two probing datasets are drawn."""
+    summary = pl.DataFrame(
+        {
+            "model": ["big", "big", "small", "small"],
+            "dataset": ["a", "b", "a", "b"],
+            "parameters": [900, 900, 100, 100],
+            "rho": [0.8, 0.7, 0.9, 0.85],
+            "pearson": [-0.99, -0.98, -0.97, -0.9],
+            "rcos_we_next": [None, None, None, None],
+            "miscoupling_all_k4": [0.5, 0.5, 0.6, 0.6],
+            "miscoupling_all_k2": [0.4, 0.4, 0.3, 0.3],
+            "miscoupling_all_k2_unnormalised": [1.0, 1.0, 2.0, 2.0],
+            "bits_per_byte": [1.1, float("nan"), 1.3, float("nan")],
+        },
+        schema_overrides={"rcos_we_next": pl.Float64},
+    )
+    assert member_quantities(summary) == ["rho", "pearson", "miscoupling_all_k2", "bits_per_byte"]
+    with_k10 = summary.with_columns(miscoupling_all_k10=pl.lit(0.1))
+    assert "miscoupling_all_k10" in member_quantities(with_k10)
+    options = {"width": 8.0, "format": "svg", "dpi": 100}
+    plot_members(summary, path=tmp_path / "members.svg", title="t", options=options)
+    assert (tmp_path / "members.svg").stat().st_size > 1000

@@ -12,6 +12,8 @@ own training corpus), without that module's family series. References:
   ``scipy.stats.linregress`` of log PR over layers 1…L of ``pr.csv`` (offset +1, norm
   ``model``, no control);
 - ``loss``, ``perplexity``, ``accuracy``: the evaluation csv (perplexity = e^loss);
+  ``bits_per_byte``, ``bits_per_character``: its loss × ``n_predictions`` / ln 2 /
+  ``n_bytes`` (``n_characters``); ``tokenizer``: its fingerprint;
 - ``miscoupling_all_k{K}`` / ``miscoupling_offdiagonal_k{K}``: the mean over prompts of
   the mean m̃ over all L² layer pairs / the pairs l ≠ l′, from the per-prompt rows of
   ``depth.csv`` (trained weights; the paper's metric where a ``metric`` column exists);
@@ -41,7 +43,7 @@ STEPS = [0, 2, 8]
 """Checkpoints of the training ``tiny``."""
 KS = [2, 4]
 """``coupling.ks`` of the series config."""
-STRING_KEYS = {"prompt": pl.String}
+STRING_KEYS = {"prompt": pl.String, "tokenizer": pl.String}
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +99,17 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
         "pr_last": last,
         "overall_decay": last / first,
     }
-    evaluation = pl.read_csv(results / f"evaluation/{model}/mini.csv").row(0, named=True)
+    evaluation = pl.read_csv(
+        results / f"evaluation/{model}/mini.csv", schema_overrides=STRING_KEYS
+    ).row(0, named=True)
+    bits = evaluation["loss"] * evaluation["n_predictions"] / np.log(2)
     row |= {
         "loss": evaluation["loss"],
         "perplexity": np.exp(evaluation["loss"]),
         "accuracy": evaluation["accuracy"],
+        "bits_per_byte": bits / evaluation["n_bytes"],
+        "bits_per_character": bits / evaluation["n_characters"],
+        "tokenizer": evaluation["tokenizer"],
     }
     depth = paper_rows(
         pl.read_csv(results / f"coupling/{model}/few/depth.csv", schema_overrides=STRING_KEYS)
@@ -136,7 +144,7 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
 
 def test_summary_columns_are_the_aggregates_of_the_model_outputs(training_series):
     results = training_series / "results"
-    summary = pl.read_csv(results / "series/tiny/summary.csv")
+    summary = pl.read_csv(results / "series/tiny/summary.csv", schema_overrides=STRING_KEYS)
     expected = [model_reference(results, step) for step in STEPS]
     assert summary["model"].to_list() == [row["model"] for row in expected]
     other_metrics = {
