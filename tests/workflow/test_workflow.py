@@ -476,3 +476,20 @@ def test_paper_config_dry_runs(tmp_path):
     # 12 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
     assert jobs["sample_sentences"] == 24
     assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
+
+
+def test_zoo_config_dry_runs(tmp_path):
+    """The zoo config (make zoo) plans offline, without its packages installed (each model
+    carries its size): every pretrained model and every trained size on the same probing
+    texts, each causal LM's signatures on one corpus and its coupling on one prompt, the
+    encoders under both probes, the four series; nothing runs."""
+    jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "zoo.yaml")
+    # 3 pretrained causal LMs, 4 trained sizes, 2 encoders × 2 probes.
+    assert jobs["equilearning_pass"] == 11
+    assert jobs["train_model"] == 4
+    # The 7 causal LMs: coupling on the prompt, signatures on the whole corpus.
+    assert jobs["measure_coupling"] == 7 and jobs["compare_signatures"] == 7
+    assert jobs["summarize_series"] == 4 and jobs["plot_series"] == 4
+    # Three pretrained causal LMs, four encoder keys, two checkpoints of each training.
+    assert jobs["prepare_model"] == 3 + 4 + 4 * 2
+    assert not (tmp_path / "results").exists()
