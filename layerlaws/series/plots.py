@@ -299,9 +299,11 @@ def member_quantities(summary: pl.DataFrame) -> list[str]:
         for c in summary.columns
         if c.startswith("miscoupling_all_k") and coupling_column_parts(c)[2] == PAPER_METRIC
     ]
-    coupling = [coupling_column("all", MEMBERS_K if MEMBERS_K in ks else min(ks), PAPER_METRIC)]
     candidates = ["rho", "pearson", "overall_decay", "rcos_we_next"]
-    candidates += (coupling if ks else []) + ["bits_per_byte"]
+    if ks:
+        k = MEMBERS_K if MEMBERS_K in ks else min(ks)
+        candidates.append(coupling_column("all", k, PAPER_METRIC))
+    candidates.append("bits_per_byte")
     return [
         c
         for c in candidates

@@ -732,6 +732,9 @@ def test_members_figure_draws_the_quantities_a_summary_has(tmp_path):
     assert member_quantities(summary) == ["rho", "pearson", "miscoupling_all_k2", "bits_per_byte"]
     with_k10 = summary.with_columns(miscoupling_all_k10=pl.lit(0.1))
     assert "miscoupling_all_k10" in member_quantities(with_k10)
+    # A series without coupling (e.g. encoders probed only) has no coupling panel.
+    uncoupled = summary.select(pl.exclude("^miscoupling_.*$"))
+    assert member_quantities(uncoupled) == ["rho", "pearson", "bits_per_byte"]
     options = {"width": 8.0, "format": "svg", "dpi": 100}
     plot_members(summary, path=tmp_path / "members.svg", title="t", options=options)
     assert (tmp_path / "members.svg").stat().st_size > 1000
