@@ -58,15 +58,20 @@ def main() -> None:
         settings.shuffle_seed,
         present_ids(tokens, settings.offsets) if settings.shuffle == "present" else None,
     )
-    # An encoder saved without its masked-LM head has logits that mean nothing: no held-out
-    # evaluation (its table is one row of NaN).
+    # The head is evaluated on its own task only: not an encoder saved without its
+    # masked-LM head, nor an encoder's head on next tokens (the table is one row of NaN).
+    evaluated = facts.lm_head_trained and probe == probe_of("auto", facts.model_type)
     evaluation = HeldOutEvaluation(
         target_offset,
-        token_spans(tokens, tokenizer) if facts.lm_head_trained else None,
+        token_spans(tokens, tokenizer) if evaluated else None,
         tokenizer_fingerprint(tokenizer),
     )
-    if not facts.lm_head_trained:
-        log.warning("%s has no trained LM head: no held-out evaluation", snakemake.input.model)
+    if not evaluated:
+        log.warning(
+            "no held-out evaluation: %s has no trained head for %s targets",
+            snakemake.input.model,
+            probe,
+        )
     classes = counted_classes(tokens, settings.fuzziness, target_offset)
     fuzziness = SeparationFuzziness(facts, settings.norms, classes, target_offset)
     views_settings = settings.token_views
@@ -94,7 +99,7 @@ def main() -> None:
             [statistics, fuzziness, views],
             execution.batch_size,
             claim.device,
-            logit_observers=[evaluation] if facts.lm_head_trained else [],
+            logit_observers=[evaluation] if evaluated else [],
         )
     write_csv(snakemake.output.pr, statistics.table(settings.cutoff))
     held_out = evaluation.table()

@@ -332,6 +332,7 @@ class Targets:
                     "model": member.model,
                     "x": member.x,
                     "scores": copy.deepcopy(self.expanded.models[model].get("scores", {})),
+                    "probe": self.expanded.models[model].get("probe", "auto"),
                     "facts": f"facts_{index}",
                     "law": {d: f"law_{index}_{j}" for j, d in enumerate(settings["datasets"])},
                     "evaluation": {

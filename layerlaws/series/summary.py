@@ -6,10 +6,12 @@ exponential fit (Fig. 8) and the fits of the scores against the models' size (§
 Columns (absent stages leave theirs out):
 - ``model``, ``x``, ``dataset`` (null when the series has no probing datasets),
   ``in_fits`` (false for a member listed in the series' ``exclude_from_fits``),
+  ``probe`` (the member's probing task, ``next_token`` or ``masked_lm``),
   ``parameters``, ``num_layers``, ``hidden_size``, and for training checkpoints ``step``
   and ``tokens_seen``;
-- the law for the next token (offset +1) under norm ``norm`` without control: ``rho``,
-  ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``;
+- the law of the probe's own targets (the next token, offset +1; under masked-LM probing
+  the masked token, offset 0, He & Su Fig. 7) under norm ``norm`` without control:
+  ``rho``, ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``;
 - held-out ``loss`` (nats per token), ``perplexity``, ``accuracy``, and
   ``bits_per_byte``, ``bits_per_character`` of the same predictions (comparable across
   tokenizers; ``layerlaws.equilearning.evaluation``), with ``tokenizer``, the
@@ -45,15 +47,17 @@ from scipy import optimize, stats
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.law import NEXT_TOKEN
+from layerlaws.forward.masking import TARGET_OFFSETS, probe_of
 
 LAW_COLUMNS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
 EVALUATION_COLUMNS = ("loss", "perplexity", "accuracy", "bits_per_byte", "bits_per_character")
 
 
-def law_columns(path: str, norm: str) -> dict[str, float]:
-    """The next-token law of a ``law.csv`` under ``norm``, no control."""
+def law_columns(path: str, norm: str, offset: int = NEXT_TOKEN) -> dict[str, float]:
+    """The law of a ``law.csv`` for the targets at ``offset`` (the probe's own task: +1
+    the next token, 0 the masked token of masked-LM probing) under ``norm``, no control."""
     law = pl.read_csv(path).filter(
-        (pl.col("offset") == NEXT_TOKEN) & (pl.col("norm") == norm) & (pl.col("control") == "none")
+        (pl.col("offset") == offset) & (pl.col("norm") == norm) & (pl.col("control") == "none")
     )
     return {column: float(law[column][0]) for column in LAW_COLUMNS}
 
@@ -143,6 +147,7 @@ def model_columns(facts_path: str) -> dict[str, Any]:
         "parameters": facts["parameters"],
         "num_layers": facts["num_layers"],
         "hidden_size": facts["hidden_size"],
+        "model_type": facts["model_type"],
     }
     for key in ("step", "tokens_seen"):
         if key in facts["source"]:
@@ -185,6 +190,7 @@ def series_summary(
         facts = model_columns(member["facts"])
         scores = {f"score_{name}": float(value) for name, value in member["scores"].items()}
         x = facts["parameters"] if x_kind == "parameters" else member["x"]
+        probe = probe_of(member.get("probe", "auto"), facts.pop("model_type"))
         measured: dict[str, Any] = {}
         for name, reader in (
             ("depth", coupling_columns),
@@ -199,9 +205,10 @@ def series_summary(
                 "x": x,
                 "dataset": dataset,
                 "in_fits": member["model"] not in excluded,
+                "probe": probe,
             } | facts
             if dataset is not None:
-                row |= law_columns(member["law"][dataset], norm)
+                row |= law_columns(member["law"][dataset], norm, TARGET_OFFSETS[probe])
                 row |= evaluation_columns(member["evaluation"][dataset])
             rows.append(row | measured | scores)
     return pl.DataFrame(rows, infer_schema_length=None)

@@ -27,6 +27,7 @@ from layerlaws.series.summary import (
     exponential_fit,
     linear_fit,
     series_fits,
+    series_summary,
     trajectory_columns,
 )
 
@@ -115,6 +116,7 @@ SUMMARY_COLUMNS = [
     "x",
     "dataset",
     "in_fits",
+    "probe",
     "parameters",
     "num_layers",
     "hidden_size",
@@ -738,3 +740,48 @@ def test_members_figure_draws_the_quantities_a_summary_has(tmp_path):
     options = {"width": 8.0, "format": "svg", "dpi": 100}
     plot_members(summary, path=tmp_path / "members.svg", title="t", options=options)
     assert (tmp_path / "members.svg").stat().st_size > 1000
+
+
+def test_summary_reads_the_law_of_each_members_own_probe(tmp_path):
+    """An encoder probed with its masked-LM task is summarised by the law of the masked
+    token (offset 0, He & Su Fig. 7), the same encoder under next-token probing and a
+    causal LM by the next token's (offset +1)."""
+    law = pl.DataFrame(
+        {
+            "offset": [0, 1],
+            "norm": ["model", "model"],
+            "control": ["none", "none"],
+            **{column: [0.5, 0.9] for column in ("rho", "pearson", "pr_first", "pr_last")},
+            "overall_decay": [0.5, 0.9],
+        }
+    )
+    law.write_csv(tmp_path / "law.csv")
+    measures = ("loss", "perplexity", "accuracy", "bits_per_byte", "bits_per_character")
+    pl.DataFrame({name: [1.0] for name in measures} | {"tokenizer": ["t"]}).write_csv(
+        tmp_path / "evaluation.csv"
+    )
+    members = []
+    for key, model_type, probe in [
+        ("bert-mlm", "bert", "auto"),
+        ("bert-ntp", "bert", "next_token"),
+        ("llama", "llama", "auto"),
+    ]:
+        facts = {"parameters": 1, "num_layers": 1, "hidden_size": 1, "source": {}}
+        (tmp_path / f"{key}.json").write_text(json.dumps(facts | {"model_type": model_type}))
+        members.append(
+            {
+                "model": key,
+                "x": key,
+                "scores": {},
+                "probe": probe,
+                "facts": str(tmp_path / f"{key}.json"),
+                "law": {"d": str(tmp_path / "law.csv")},
+                "evaluation": {"d": str(tmp_path / "evaluation.csv")},
+                "depth": None,
+                "trajectories": None,
+                "rcos": None,
+            }
+        )
+    summary = series_summary(members, "label", "model", ())
+    assert summary["probe"].to_list() == ["masked_lm", "next_token", "next_token"]
+    assert summary["rho"].to_list() == [0.5, 0.9, 0.9]
