@@ -74,6 +74,7 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
         "x": step,
         "dataset": "mini",
         "in_fits": True,
+        "probe": "next_token",
         "parameters": sum(array.size for array in weights.values()),
         "num_layers": config["num_hidden_layers"],
         "hidden_size": config["hidden_size"],
