@@ -10,6 +10,7 @@ import torch
 
 from layerlaws.core.atomic import write_csv, write_json, write_npz
 from layerlaws.core.logs import run_logged
+from layerlaws.core.progress import job_saves
 from layerlaws.equilearning.evaluation import HeldOutEvaluation
 from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
 from layerlaws.equilearning.settings import EquilearningSettings
@@ -82,6 +83,12 @@ def main() -> None:
         views_settings.layers or default_layers(facts.num_layers),
         views_settings.norm,
     )
+    saves = job_saves(
+        snakemake.output.pr,
+        [snakemake.input.tokens, snakemake.input.model],
+        dict(params.items()),
+        execution.checkpoint_minutes,
+    )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -100,6 +107,7 @@ def main() -> None:
             execution.batch_size,
             claim.device,
             logit_observers=[evaluation] if evaluated else [],
+            saves=saves,
         )
     write_csv(snakemake.output.pr, statistics.table(settings.cutoff))
     held_out = evaluation.table()
@@ -107,7 +115,9 @@ def main() -> None:
     write_csv(snakemake.output.fuzziness, fuzziness.table(settings.cutoff))
     write_csv(snakemake.output.token_views, views.table(views_settings.groups))
     write_npz(snakemake.output.token_states, views.arrays())
-    write_json(snakemake.output.report, {**asdict(facts), **report, "probe": probe})
+    write_json(
+        snakemake.output.report, {**asdict(facts), **report, **saves.finish(), "probe": probe}
+    )
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
         report["n_rows"],

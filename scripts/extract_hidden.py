@@ -2,12 +2,14 @@
 
 import logging
 import os
+import shutil
+from pathlib import Path
 
 import polars as pl
 import torch
 
-from layerlaws.core.atomic import atomic_path
 from layerlaws.core.logs import run_logged
+from layerlaws.core.progress import job_saves
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.forward.kept_writer import extract_hidden_states
 from layerlaws.forward.masking import probe_of, probe_tokens
@@ -29,6 +31,16 @@ def main() -> None:
         masking=MaskingSettings.from_config(params.masking),
         special_tokens=params.special_tokens,
     )
+    output = Path(snakemake.output[0])
+    saves = job_saves(
+        output,
+        [snakemake.input.tokens, snakemake.input.model],
+        dict(params.items()),
+        execution.checkpoint_minutes,
+    )
+    # Shards are written in a folder beside the save (kept when the job is killed) and
+    # moved into place when every row is in them.
+    partial = saves.path.with_suffix(".partial")
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -39,17 +51,21 @@ def main() -> None:
         )
         placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
         model = load_model(snakemake.input.model, params.dtype, placement)
-        with atomic_path(snakemake.output[0]) as folder:
-            extract_hidden_states(
-                model,
-                facts,
-                tokens,
-                out_folder=folder,
-                batch_size=execution.batch_size,
-                device=claim.device,
-                storage_dtype=storage_dtype(params.dtype, params.storage_dtype),
-                shard_rows=execution.hidden_state_shard_rows,
-            )
+        extract_hidden_states(
+            model,
+            facts,
+            tokens,
+            out_folder=partial,
+            batch_size=execution.batch_size,
+            device=claim.device,
+            storage_dtype=storage_dtype(params.dtype, params.storage_dtype),
+            shard_rows=execution.hidden_state_shard_rows,
+            saves=saves,
+        )
+    if output.exists():
+        shutil.rmtree(output)
+    os.replace(partial, output)
+    saves.finish()
 
 
 run_logged(main, snakemake.log[0])

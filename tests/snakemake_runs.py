@@ -30,10 +30,14 @@ def write_config(workdir: Path, config: dict[str, Any]) -> Path:
 
 
 def snakemake(
-    workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 900
+    workdir: Path,
+    *args: str,
+    configfile: Path | None = None,
+    timeout: int = 900,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run Snakemake on the workflow in ``workdir`` with ``configfile`` (default: the
-    workdir's config.yaml)."""
+    workdir's config.yaml) and ``env`` (default: this process's environment)."""
     configfile = configfile or workdir / "config.yaml"
     command = [
         *SNAKEMAKE,
@@ -48,11 +52,13 @@ def snakemake(
         "--show-failed-logs",
         *args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def run_ok(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    result = snakemake(workdir, *args)
+def run_ok(
+    workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    result = snakemake(workdir, *args, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
     return result
 

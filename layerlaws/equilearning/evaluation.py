@@ -40,6 +40,8 @@ class HeldOutEvaluation:
     bytes and characters of each target; without it, those columns and the bits per byte
     and per character are null. ``tokenizer`` is the tokenizer's fingerprint."""
 
+    progress_attributes = ("loss_sum", "correct", "count", "n_bytes", "n_characters")
+
     def __init__(
         self,
         target_offset: int = 1,

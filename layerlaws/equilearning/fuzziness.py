@@ -248,6 +248,8 @@ class SeparationFuzziness:
     """An observer of ``run_forward_pass``: the statistics of separation fuzziness of
     every layer × norm (layer L once, as the model outputs it)."""
 
+    progress_attributes = ("total", "folded", "reference", "open", "slots")
+
     def __init__(
         self,
         facts: ModelFacts,

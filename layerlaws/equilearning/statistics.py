@@ -154,6 +154,8 @@ class EquilearningStatistics:
     themselves; None permutes the whole vocabulary.
     """
 
+    progress_attributes = ("total", "lacking")
+
     def __init__(
         self,
         facts: ModelFacts,

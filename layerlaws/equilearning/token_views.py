@@ -97,6 +97,8 @@ class TokenViews:
     """An observer of ``run_forward_pass`` keeping the chosen rows' states at ``layers``
     (0…L) under one norm (layer L as the model outputs it)."""
 
+    progress_attributes = ("states",)
+
     def __init__(
         self, facts: ModelFacts, rows: ViewedRows, layers: Sequence[int], norm: str
     ) -> None:

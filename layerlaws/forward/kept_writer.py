@@ -13,6 +13,7 @@ import polars as pl
 import torch
 
 from layerlaws.core.dtypes import torch_dtype
+from layerlaws.core.progress import ProgressSaves
 from layerlaws.forward.kept_states import METADATA, ROWS, STORAGE_DTYPES, shard_path
 from layerlaws.forward.model_pass import Batch, run_forward_pass, text_rows
 from layerlaws.models.facts import ModelFacts
@@ -23,9 +24,14 @@ class HiddenStateWriter:
 
     ``rows`` are the observed rows of the whole pass in row order (``text_rows``); every
     shard file is created up front and filled in place (memory-mapped, opened only while
-    written) as batches arrive in any order, so writing a batch twice (after an
-    out-of-memory retry) changes nothing.
+    written, flushed to disk after each write) as batches arrive in any order, so writing
+    a batch twice (after an out-of-memory retry) changes nothing. Shards already in
+    ``folder`` with the right shape are kept (a resumed pass, ``run_forward_pass``, writes
+    the rows its save does not hold; one that starts again overwrites every row).
     """
+
+    progress_attributes = ()
+    """Nothing to restore: what is written is in the shards."""
 
     def __init__(
         self,
@@ -47,12 +53,10 @@ class HiddenStateWriter:
         for layer in range(facts.num_layers + 1):
             shard_path(self.folder, layer, 0).parent.mkdir(exist_ok=True)
             for shard, start in enumerate(range(0, self.n_rows, shard_rows)):
-                np.lib.format.open_memmap(
-                    shard_path(self.folder, layer, shard),
-                    mode="w+",
-                    dtype=STORAGE_DTYPES[storage_dtype],
-                    shape=(min(shard_rows, self.n_rows - start), facts.hidden_size),
-                ).flush()
+                shape = (min(shard_rows, self.n_rows - start), facts.hidden_size)
+                path, dtype = shard_path(self.folder, layer, shard), STORAGE_DTYPES[storage_dtype]
+                if not _holds(path, shape, dtype):
+                    np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape).flush()
         self._row_numbers = np.empty(0, dtype=np.int64)
 
     def begin_batch(self, batch: Batch) -> None:
@@ -68,6 +72,7 @@ class HiddenStateWriter:
             mine = shard_of == shard
             stored = np.load(shard_path(self.folder, layer, int(shard)), mmap_mode="r+")
             stored[within[mine]] = values[mine]
+            stored.flush()
 
     def finish(self, report: dict[str, Any]) -> dict[str, Any]:
         """Write ``metadata.json``: the model's facts, the forward pass's ``report``, the
@@ -82,6 +87,15 @@ class HiddenStateWriter:
         return metadata
 
 
+def _holds(path: Path, shape: tuple[int, int], dtype: np.dtype) -> bool:
+    """Whether ``path`` is a shard of ``shape`` and ``dtype`` (one to keep)."""
+    try:
+        stored = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return False
+    return stored.shape == shape and stored.dtype == np.dtype(dtype)
+
+
 def extract_hidden_states(
     model: Any,
     facts: ModelFacts,
@@ -93,9 +107,13 @@ def extract_hidden_states(
     storage_dtype: str = "float32",
     shard_rows: int = 65536,
     progress: bool = True,
+    saves: ProgressSaves | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` over ``tokens`` and keep every layer's states of the text tokens in
-    ``out_folder`` (nothing else observed); returns the metadata written."""
+    ``out_folder`` (nothing else observed); returns the metadata written. With ``saves``
+    the pass resumes from its last save, keeping the shards written in ``out_folder``."""
     writer = HiddenStateWriter(out_folder, facts, text_rows(tokens), storage_dtype, shard_rows)
-    report = run_forward_pass(model, facts, tokens, [writer], batch_size, device, progress)
+    report = run_forward_pass(
+        model, facts, tokens, [writer], batch_size, device, progress, saves=saves
+    )
     return writer.finish(report)

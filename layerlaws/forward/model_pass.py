@@ -15,10 +15,19 @@ A batch that runs out of device memory is split in halves and retried, recursive
 Layers are observed atomically: an observer's ``observe`` either completes or leaves no
 trace, so the halves resume at the first layer not yet observed for the whole batch and
 nothing is counted twice.
+
+A pass given ``ProgressSaves`` (``layerlaws.core.progress``) saves, between batches and at
+most every ``execution.checkpoint_minutes``, what every observer has merged (the
+attributes each names in ``progress_attributes``), the batch size and how many batches of
+the (deterministic) batch plan are done, with a hash of those batches' sequence ids. A rerun
+restores the observers and skips those batches, so it ends with the same statistics as an
+uninterrupted pass: bit-identical on a CPU, where batches are computed the same way. A
+kill loses at most the batches since the last save (``checkpoint_minutes`` of work).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +40,7 @@ import torch
 from tqdm import tqdm
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.progress import ProgressSaves
 from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
 from layerlaws.models.blocks import layer_states
 from layerlaws.models.facts import ModelFacts
@@ -181,6 +191,10 @@ class Batch:
 class Observer(Protocol):
     """Receives the states of a forward pass."""
 
+    progress_attributes: tuple[str, ...]
+    """The attributes holding what the observer has merged: saved and restored as they
+    are (tensors on their device) when a pass is resumed."""
+
     def begin_batch(self, batch: Batch) -> None:
         """The rows the next ``observe`` calls hold, in order."""
 
@@ -192,6 +206,9 @@ class Observer(Protocol):
 
 class LogitObserver(Protocol):
     """Receives the output logits of a forward pass."""
+
+    progress_attributes: tuple[str, ...]
+    """As ``Observer.progress_attributes``."""
 
     def begin_batch(self, batch: Batch) -> None:
         """The rows the next ``observe_logits`` call holds, in order."""
@@ -254,14 +271,17 @@ def run_forward_pass(
     device: str,
     progress: bool = True,
     logit_observers: Sequence[LogitObserver] = (),
+    saves: ProgressSaves | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` over every sequence of ``tokens``, feeding ``observers`` the states of
     every layer and ``logit_observers`` the output logits.
 
     ``batch_size`` is a number of sequences or ``auto`` (see automatic_batch_size);
-    ``device`` is where the inputs go (the first layer's device). Returns a report: rows
+    ``device`` is where the inputs go (the first layer's device). With ``saves`` the pass
+    resumes from the last save of the same inputs and saves its progress as it goes (the
+    caller removes the save once its outputs are written). Returns a report: rows
     observed, sequences, batch size, out-of-memory retries, seconds, tokens per second,
-    compute dtype and device.
+    compute dtype, device, and the batches resumed from a save.
     """
     sequences = sequences_of(tokens)
     row_starts = first_rows(sequences)
@@ -270,7 +290,12 @@ def run_forward_pass(
         raise LayerlawsError("the tokens table holds no text tokens; nothing to measure")
     lengths = [len(s.token_ids) for s in sequences]
     compute_dtype = next(model.parameters()).dtype
-    if batch_size == "auto":
+    all_observers = [*observers, *logit_observers]
+    devices = sorted({str(parameter.device) for parameter in model.parameters()})
+    resumed = _resumed(saves, all_observers, sequences, devices) if saves else None
+    if resumed is not None:
+        batch_size = resumed["batch_size"]
+    elif batch_size == "auto":
         batch_size = automatic_batch_size(facts, max(lengths), device, compute_dtype.itemsize)
         log.info("batch size %d (auto, %s)", batch_size, device)
     last_layer = facts.num_layers
@@ -324,13 +349,40 @@ def run_forward_pass(
             )
 
     batches = length_sorted_batches(lengths, int(batch_size))
+    done = resumed["batches_done"] if resumed else 0
+    if resumed and resumed["batches_hash"] != _batches_hash(sequences, batches[:done]):
+        raise LayerlawsError(
+            f"the progress save {saves.path} holds other batches than this pass would run; "
+            f"delete it to start the pass again"
+        )
     started = time.perf_counter()
     n_tokens = retries = 0
-    bar = tqdm(batches, desc="forward pass", unit="batch", disable=not progress, mininterval=5)
-    for indices in bar:
+    bar = tqdm(
+        batches,
+        desc="forward pass",
+        unit="batch",
+        disable=not progress,
+        mininterval=5,
+        initial=done,
+    )
+    for number, indices in enumerate(batches[done:], start=done + 1):
         retries += run_splitting_on_oom(process, indices, device)
         n_tokens += sum(lengths[i] for i in indices)
+        bar.update()
         bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
+        if saves is not None and number < len(batches):
+            state = {
+                "batch_size": int(batch_size),
+                "batches_done": number,
+                "batches_hash": _batches_hash(sequences, batches[:number]),
+                "devices": devices,
+                "observers": [
+                    {name: getattr(o, name) for name in o.progress_attributes}
+                    for o in all_observers
+                ],
+            }
+            saves.save_if_due(state, f"batch {number} of {len(batches)}")
+    bar.close()
     seconds = time.perf_counter() - started
     return {
         "n_rows": n_rows,
@@ -342,4 +394,42 @@ def run_forward_pass(
         "out_of_memory_retries": retries,
         "seconds": round(seconds, 3),
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
+        "batches_resumed": done,
     }
+
+
+def _batches_hash(sequences: Sequence[TokenSequence], batches: Sequence[list[int]]) -> str:
+    """sha256 of the sentence ids of ``batches``, batch by batch: the rows merged so far."""
+    ids = [[sequences[i].sentence_id for i in batch] for batch in batches]
+    return hashlib.sha256(repr(ids).encode()).hexdigest()
+
+
+def _resumed(
+    saves: ProgressSaves,
+    observers: Sequence[Observer | LogitObserver],
+    sequences: Sequence[TokenSequence],
+    devices: list[str],
+) -> dict[str, Any] | None:
+    """The saved pass state, with ``observers`` restored from it; None when there is none
+    or it cannot be used here (logged)."""
+    state = saves.load()
+    if state is None:
+        return None
+    if state["devices"] != devices or len(state["observers"]) != len(observers):
+        log.warning(
+            "discarding the progress save %s: made with the model on %s and %d observers, "
+            "now on %s with %d",
+            saves.path,
+            state["devices"],
+            len(state["observers"]),
+            devices,
+            len(observers),
+        )
+        return None
+    for observer, attributes in zip(observers, state["observers"], strict=True):
+        for name, value in attributes.items():
+            setattr(observer, name, value)
+    log.info(
+        "resuming the pass after batch %d (%d sequences)", state["batches_done"], len(sequences)
+    )
+    return state

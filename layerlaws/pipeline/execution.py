@@ -33,6 +33,9 @@ class Execution:
     """Memory of the counting jobs, MiB (their ``mem_mb`` and DuckDB's memory_limit)."""
     gpu_memory_gb: float
     """Memory of one GPU of the machines the jobs run on (planning of GPU counts)."""
+    checkpoint_minutes: float
+    """Minutes between the progress saves of a model pass or coupling job at most (0:
+    after every batch or prompt); a killed job resumes from its last save."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Execution:
