@@ -1,6 +1,11 @@
 """Snakemake entry point: block coupling and trajectories of a prompt set, for the trained
 model and its randomly initialised twin, or for a training checkpoint its own step-0
-weights (results/coupling/{model}/{prompts}/, trajectories in its trajectories/)."""
+weights (results/coupling/{model}/{prompts}/, trajectories in its trajectories/).
+
+The measurements of the prompts done are saved beside depth.csv (``.resume/depth.csv.pt``,
+``layerlaws.core.progress``) at most every ``execution.checkpoint_minutes``; a rerun after
+a kill measures only the prompts left, and the save is removed once every output is
+written."""
 
 import logging
 
@@ -9,6 +14,7 @@ import torch
 
 from layerlaws.core.atomic import write_csv, write_npz
 from layerlaws.core.logs import run_logged
+from layerlaws.core.progress import job_saves
 from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.devices import claim_devices
@@ -20,6 +26,7 @@ from layerlaws.text.tokens import tokenize_prompts
 
 
 def main() -> None:
+    log = logging.getLogger("layerlaws")
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     settings = CouplingSettings.from_params(params)
     prompt_set, output = params.prompts, snakemake.output
@@ -31,10 +38,16 @@ def main() -> None:
         texts, tokenizer, prompt_set["max_tokens"], prompt_set["too_long"], facts.max_positions
     )
     token_coupling = TokenCoupling.of(settings, facts.num_layers)
+    saves = job_saves(
+        output.depth,
+        [snakemake.input.model, *snakemake.input.sentences, *snakemake.input.initial],
+        dict(params.items()),
+        execution.checkpoint_minutes,
+    )
     torch.set_num_threads(snakemake.threads)
     gpus = max(1, snakemake.resources.gpu)
     with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
-        logging.getLogger("layerlaws").info(
+        log.info(
             "running on %s; %d prompts, token layer pairs %s",
             claim.describe(),
             len(prompts),
@@ -56,6 +69,7 @@ def main() -> None:
             settings=settings,
             vjp_chunk=execution.vjp_chunk,
             device=claim.device,
+            saves=saves,
         )
     write_csv(output.depth, result.depth)
     write_csv(output.singular_values, result.singular_values)
@@ -65,6 +79,7 @@ def main() -> None:
     write_npz(output.factors, result.factors)
     write_npz(output.couplings, result.couplings)
     write_npz(output.streams, result.streams)
+    log.info("progress saves: %s", saves.finish())
 
 
 run_logged(main, snakemake.log[0])

@@ -26,10 +26,18 @@ Eq. 7, unless ``final_norm`` is off):
   in_last_block`` x^L has passed the final norm already, so the lens applies only the
   head there and the norm and head at every other layer; under ``excluded`` the norm and
   head at every layer.
+
+A prompt set given ``ProgressSaves`` (``layerlaws.core.progress``) saves, between prompts
+and at most every ``execution.checkpoint_minutes``, the ``PromptMeasurement`` of every
+(weights, prompt) measured so far, with a hash of those weights' names, prompt indices and
+token ids. A rerun with the same inputs skips them and ends with the outputs of an
+uninterrupted run: every randomised SVD starts its generator from ``svd_seed`` anew, so a
+prompt's numbers do not depend on the prompts measured before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +48,7 @@ import polars as pl
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.progress import ProgressSaves
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
 from layerlaws.coupling.miscoupling import OWN_VALUES_FREE, metric_matrices, needs_swapped
@@ -343,10 +352,79 @@ def measure_prompt_set(
     settings: CouplingSettings,
     vjp_chunk: int,
     device: str,
+    saves: ProgressSaves | None = None,
 ) -> PromptSetMeasurement:
     """``measure_prompt`` for every prompt (token ids) under every weights (e.g.
     ``trained`` and ``random``) on ``device``; ``labels`` are each prompt's token texts.
-    Depth rows are also averaged over the prompts (prompt ``mean``)."""
+    Depth rows are also averaged over the prompts (prompt ``mean``). With ``saves`` the
+    prompts measured by an earlier run of the same inputs are taken from its last save,
+    and the measurements so far are saved after each prompt that leaves some to measure
+    (the caller removes the save once its outputs are written)."""
+    units = [
+        (weights, index, [int(token) for token in ids])
+        for weights in models
+        for index, ids in enumerate(prompts)
+    ]
+    measured = _resumed(saves, units) if saves is not None else []
+    for number, (weights, index, ids) in enumerate(units[len(measured) :], start=len(measured) + 1):
+        measured.append(
+            measure_prompt(
+                models[weights],
+                torch.tensor([ids], device=device),
+                token_coupling=token_coupling,
+                settings=settings,
+                vjp_chunk=vjp_chunk,
+            )
+        )
+        log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
+        if saves is not None and number < len(units):
+            state = {"units_hash": _units_hash(units[:number]), "measured": measured}
+            saves.save_if_due(state, f"prompt {number} of {len(units)}")
+    by_unit = {
+        (weights, index): result
+        for (weights, index, _), result in zip(units, measured, strict=True)
+    }
+    return _combined(by_unit, list(models), labels, token_coupling, settings)
+
+
+def _units_hash(units: Sequence[tuple[str, int, list[int]]]) -> str:
+    """sha256 of (weights, prompt index, token ids) of ``units``, in order: the prompts
+    measured so far."""
+    return hashlib.sha256(repr(list(units)).encode()).hexdigest()
+
+
+def _resumed(
+    saves: ProgressSaves, units: Sequence[tuple[str, int, list[int]]]
+) -> list[PromptMeasurement]:
+    """The measurements of the first ``units`` (weights, prompt index, token ids) kept by
+    the last save; [] when there is none or it holds other prompts (logged)."""
+    state = saves.load()
+    if state is None:
+        return []
+    done = len(state["measured"])
+    if done > len(units) or state["units_hash"] != _units_hash(units[:done]):
+        log.warning(
+            "discarding the progress save %s: its %d measured prompts are not the first of "
+            "this job's %d; starting from the beginning",
+            saves.path,
+            done,
+            len(units),
+        )
+        return []
+    log.info("resuming the coupling after %d of %d prompts (weights × prompts)", done, len(units))
+    return state["measured"]
+
+
+def _combined(
+    measured: Mapping[tuple[str, int], PromptMeasurement],
+    weights_names: Sequence[str],
+    labels: Sequence[Sequence[str]],
+    token_coupling: TokenCoupling,
+    settings: CouplingSettings,
+) -> PromptSetMeasurement:
+    """The tables and arrays of the prompt set from the ``measured`` prompts (keyed by
+    weights and prompt index), in the order of ``weights_names`` and of ``labels`` (one
+    per prompt)."""
     rows: dict[str, list[dict[str, Any]]] = {
         name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
     }
@@ -355,27 +433,20 @@ def measure_prompt_set(
         "k": np.array(min(settings.ks)),
         "token_layers": np.array(token_coupling.layer_pairs[0]),
     }
-    for weights, model in models.items():
+    for weights in weights_names:
         absolute = []
-        for index, ids in enumerate(prompts):
-            measured = measure_prompt(
-                model,
-                torch.tensor([list(ids)], device=device),
-                token_coupling=token_coupling,
-                settings=settings,
-                vjp_chunk=vjp_chunk,
-            )
+        for index in range(len(labels)):
+            prompt = measured[weights, index]
             tag = {"weights": weights, "prompt": str(index)}
             for name, table in rows.items():
-                table += [tag | row for row in getattr(measured, name)]
-            for key, array in measured.factors.items():
+                table += [tag | row for row in getattr(prompt, name)]
+            for key, array in prompt.factors.items():
                 factors[f"{weights}/{index}/{key}"] = array
-            streams[f"{weights}/{index}"] = measured.streams
-            couplings[f"depth/{weights}/{index}"] = measured.depth_couplings
-            absolute.append(np.abs(measured.depth_couplings))
+            streams[f"{weights}/{index}"] = prompt.streams
+            couplings[f"depth/{weights}/{index}"] = prompt.depth_couplings
+            absolute.append(np.abs(prompt.depth_couplings))
             if index == 0:
-                couplings[f"tokens/{weights}/0"] = measured.token_couplings
-            log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
+                couplings[f"tokens/{weights}/0"] = prompt.token_couplings
         couplings[f"depth/{weights}/mean_abs"] = np.mean(absolute, axis=0, dtype=np.float64).astype(
             np.float32
         )

@@ -1,0 +1,198 @@
+"""A coupling job stopped after a progress save resumes per prompt and ends with the
+outputs of an uninterrupted run, bit for bit on the CPU: through ``measure_prompt_set``
+(a raised exception after a save standing in for a kill) and through a real Snakemake run
+of ``measure_coupling`` killed with SIGKILL (``tests/fault_injection``). Saves of other
+inputs or of other prompts are discarded."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+from fault_injection import killed_saves, killing_environment
+from snakemake_runs import run_ok, snakemake, write_config
+
+import layerlaws.coupling.measurement as measurement
+from layerlaws.core.progress import ProgressSaves
+from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
+from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.models.loading import coupling_twins
+
+PROMPTS = [[1, 5, 9, 14, 3], [1, 22, 8, 30], [1, 4, 12, 6, 19]]
+SETTINGS = CouplingSettings(ks=(2, 3), token_layers=((2, 4),), svd="randomized", svd_seed=3)
+UNITS = 2 * len(PROMPTS)
+"""Prompts measured by a run: every prompt under the trained weights and the twin's."""
+TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
+ARRAYS = ("factors", "streams", "couplings")
+
+
+class Killed(Exception):
+    """Stands in for a kill right after a progress save."""
+
+
+def measured(folder, saves=None, settings=SETTINGS, prompts=PROMPTS):
+    """``measure_prompt_set`` of the tiny Llama in ``folder`` and its random twin, loaded
+    afresh as a new job would."""
+    twins = coupling_twins(folder, None, "float32", "cpu", settings.init_seed)
+    return measure_prompt_set(
+        twins,
+        prompts,
+        labels=[[str(token) for token in prompt] for prompt in prompts],
+        token_coupling=TokenCoupling.of(settings, 4),
+        settings=settings,
+        vjp_chunk=16,
+        device="cpu",
+        saves=saves,
+    )
+
+
+def killed_run(monkeypatch, saves, after, **kwargs):
+    """A run with ``saves`` stopped right after its ``after``-th save."""
+    real_save = ProgressSaves.save
+
+    def save_then_stop(self, state, progress):
+        real_save(self, state, progress)
+        if self.n_saves == after:
+            raise Killed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ProgressSaves, "save", save_then_stop)
+        with pytest.raises(Killed):
+            measured(saves=saves, **kwargs)
+
+
+def counted_prompts(monkeypatch) -> list[list[int]]:
+    """The token ids of every prompt ``measure_prompt`` measures from now on."""
+    calls, real_measure = [], measurement.measure_prompt
+
+    def measure_prompt(model, input_ids, **kwargs):
+        calls.append(input_ids[0].tolist())
+        return real_measure(model, input_ids, **kwargs)
+
+    monkeypatch.setattr(measurement, "measure_prompt", measure_prompt)
+    return calls
+
+
+def assert_same(result, expected):
+    for name in TABLES:
+        assert getattr(result, name).equals(getattr(expected, name)), name
+    for name in ARRAYS:
+        arrays, expected_arrays = getattr(result, name), getattr(expected, name)
+        assert list(arrays) == list(expected_arrays), name
+        for key, array in expected_arrays.items():
+            assert np.array_equal(arrays[key], array), f"{name} {key}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(llama_folder):
+    return measured(llama_folder)
+
+
+@pytest.mark.parametrize("after", [1, 4], ids=["first-prompt", "into-the-twin"])
+def test_a_stopped_prompt_set_resumes_to_the_uninterrupted_results(
+    llama_folder, uninterrupted, monkeypatch, caplog, tmp_path, after
+):
+    path = tmp_path / ".resume" / "depth.csv.pt"
+    killed_run(monkeypatch, ProgressSaves(path, "inputs", 0), after, folder=llama_folder)
+    computed = counted_prompts(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="layerlaws"):
+        result = measured(llama_folder, ProgressSaves(path, "inputs", 0))
+    assert f"resuming the coupling after {after} of {UNITS} prompts" in caplog.text
+    assert computed == (PROMPTS * 2)[after:]
+    assert_same(result, uninterrupted)
+
+
+def test_a_save_of_other_inputs_is_discarded(
+    llama_folder, uninterrupted, monkeypatch, caplog, tmp_path
+):
+    path = tmp_path / ".resume" / "depth.csv.pt"
+    # Another lss_window changes every prompt's layers table: resumed, it would show.
+    other = dataclasses.replace(SETTINGS, lss_window=3)
+    killed_run(monkeypatch, ProgressSaves(path, "other", 0), 1, folder=llama_folder, settings=other)
+    computed = counted_prompts(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="layerlaws"):
+        result = measured(llama_folder, ProgressSaves(path, "inputs", 0))
+    assert "it was made from other inputs" in caplog.text and "resuming" not in caplog.text
+    assert computed == PROMPTS * 2
+    assert_same(result, uninterrupted)
+
+
+def test_a_save_of_other_prompts_is_discarded(
+    llama_folder, uninterrupted, monkeypatch, caplog, tmp_path
+):
+    path = tmp_path / ".resume" / "depth.csv.pt"
+    saves = ProgressSaves(path, "inputs", 0)
+    killed_run(monkeypatch, saves, 1, folder=llama_folder, prompts=PROMPTS[::-1])
+    computed = counted_prompts(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="layerlaws"):
+        result = measured(llama_folder, ProgressSaves(path, "inputs", 0))
+    assert f"measured prompts are not the first of this job's {UNITS}" in caplog.text
+    assert computed == PROMPTS * 2
+    assert_same(result, uninterrupted)
+
+
+COUPLING = "results/coupling/tiny-llama/few"
+OUTPUTS = [
+    f"{COUPLING}/{name}"
+    for name in (
+        "depth.csv",
+        "singular_values.csv",
+        "tokens.csv",
+        "factors.npz",
+        "couplings.npz",
+        "trajectories/tokens.csv",
+        "trajectories/layers.csv",
+        "trajectories/streams.npz",
+    )
+]
+
+
+@pytest.mark.slow
+def test_a_killed_coupling_job_resumes_to_the_uninterrupted_outputs(llama_folder, tmp_path):
+    finished = tmp_path / "finished"
+    write_config(
+        finished,
+        {
+            "models": {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}},
+            "coupling": {
+                "prompts": {
+                    "few": {"texts": ["the cat is here", "a b c d e", "is the sum of two"]}
+                },
+                "runs": [{"model": "tiny-llama", "prompts": "few"}],
+                "ks": [2, 3],
+                "token_layers": [[2, 4]],
+                "svd": "randomized",
+                "lss_window": 2,
+            },
+            # A save after every prompt: three prompts under two weights, five saves.
+            "execution": {"checkpoint_minutes": 0, "lock_dir": str(tmp_path / "locks")},
+        },
+    )
+    run_ok(finished, OUTPUTS[0])
+    workdir = tmp_path / "killed"
+    shutil.copytree(finished, workdir, symlinks=True)
+    environment = killing_environment(tmp_path / "fault")
+
+    killed = snakemake(workdir, OUTPUTS[0], "--forcerun", "measure_coupling", env=environment)
+    assert killed.returncode != 0
+    assert killed_saves(tmp_path / "fault") == [f"{COUPLING}/.resume/depth.csv.pt"]
+    assert not (workdir / OUTPUTS[0]).exists()
+
+    run_ok(workdir, OUTPUTS[0], env=environment)
+    log = (workdir / "results/logs/measure_coupling/tiny-llama/few.log").read_text()
+    assert "resuming the coupling after 1 of 6 prompts" in log, log
+    for output in OUTPUTS:
+        resumed, uninterrupted = workdir / output, finished / output
+        if output.endswith(".csv"):
+            read = [pl.read_csv(path, infer_schema=False) for path in (resumed, uninterrupted)]
+            assert read[0].equals(read[1]), output
+            continue
+        resumed, uninterrupted = np.load(resumed), np.load(uninterrupted)
+        assert resumed.files == uninterrupted.files, output
+        for name in uninterrupted.files:
+            assert np.array_equal(resumed[name], uninterrupted[name]), f"{output} {name}"
+    assert not (workdir / COUPLING / ".resume").exists()
