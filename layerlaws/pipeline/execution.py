@@ -36,6 +36,9 @@ class Execution:
     checkpoint_minutes: float
     """Minutes between the progress saves of a model pass or coupling job at most (0:
     after every batch or prompt); a killed job resumes from its last save."""
+    partition_runtime_limits: Mapping[str, int]
+    """Runtime limit of each SLURM partition, minutes (``snakemake estimate`` checks the
+    planned runtimes against them; {}: unchecked)."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Execution:

@@ -380,6 +380,85 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+FEWER_TOKENS = "fewer tokens (datasets.{data}.n_samples or token_budget)"
+SHORTER = {
+    "equilearning_pass": FEWER_TOKENS,
+    "extract_hidden": FEWER_TOKENS,
+    "measure_coupling": "fewer prompts (coupling.prompts.{data}) or coupling.token_layers",
+    "train_model": "fewer steps (training.{model}.steps)",
+}
+"""How each planned job is made shorter, with its ``plan`` row's model and data."""
+RESUMES = {"train_model": "it resumes from its latest checkpoint (training.<key>.checkpoints)"}
+"""Where a rule's job resumed after a kill goes on from, when not from its progress saves."""
+SAVES = "it saves its progress every execution.checkpoint_minutes ({minutes:g} min) at most"
+
+
+def runtime_overruns(
+    rows: list[dict[str, Any]], partitions: Mapping[str, str | None], execution: Execution
+) -> list[str]:
+    """What ``snakemake estimate`` says of the partitions' runtime limits
+    (``execution.partition_runtime_limits``, minutes; nothing when none are set): a line
+    for every ``plan`` row whose runtime (minutes) exceeds its partition's limit, saying
+    what to change; for each of their rules how to move or split its jobs; and a line
+    naming the rules whose partition has no limit there. ``partitions``: rule → the
+    partition its jobs go to (their ``slurm_partition`` resource), None where none is set.
+    """
+    limits = execution.partition_runtime_limits
+    if not limits:
+        return []
+    over: dict[str, list[dict[str, Any]]] = {}
+    unchecked = {}
+    for row in rows:
+        partition = partitions.get(row["job"])
+        if partition not in limits:
+            unchecked[row["job"]] = (
+                f"partition {partition}"
+                if partition
+                else "no slurm_partition: run `snakemake estimate` with the SLURM profile"
+            )
+        elif row["runtime"] > limits[partition]:
+            over.setdefault(row["job"], []).append(row)
+    lines = []
+    for job, late in over.items():
+        partition = partitions[job]
+        lines += [_overrun(row, partition, limits[partition]) for row in late]
+        submissions = max(-(-row["runtime"] // limits[partition]) for row in late)
+        lines.append(_splitting(job, partition, limits[partition], submissions, execution))
+    if unchecked:
+        lines.append(
+            "runtimes not checked (no limit in execution.partition_runtime_limits): "
+            + ", ".join(f"{job} ({why})" for job, why in sorted(unchecked.items()))
+        )
+    return lines
+
+
+def _overrun(row: dict[str, Any], partition: str, limit: int) -> str:
+    """The line of a ``plan`` row whose runtime exceeds the ``limit`` (minutes) of its
+    ``partition``."""
+    job, runtime = row["job"], row["runtime"]
+    shorter = SHORTER[job].format(model=row["model"], data=row["data"])
+    return (
+        f"{job} {row['model']} x {row['data']}: planned {runtime} min, over the {limit} min "
+        f"limit of partition {partition}: plan {shorter}, move it to a partition with a "
+        f"longer limit, or split it into at least {-(-runtime // limit)} submissions (how: "
+        f"below)"
+    )
+
+
+def _splitting(job: str, partition: str, limit: int, submissions: int, execution: Execution) -> str:
+    """How the jobs of rule ``job`` longer than the ``limit`` (minutes) of ``partition``
+    run anyway: elsewhere, or in at most ``submissions`` that resume each other."""
+    resumes = RESUMES.get(job, SAVES).format(minutes=execution.checkpoint_minutes)
+    return (
+        f"  {job} on partition {partition}: send it to a partition with a longer limit "
+        f"(set-resources: {job}: slurm_partition in the SLURM profile), or run it in "
+        f"submissions of {limit} min (set-resources: {job}: runtime: {limit}, as SLURM does "
+        f"not start a job asking for more, and retries: {submissions - 1} or more in the "
+        f"profile): {resumes}, so each resubmitted or requeued job goes on where the last "
+        f"one stopped"
+    )
+
+
 def _size(count: float) -> str:
     """Bytes in decimal units."""
     units = ["B", "KB", "MB", "GB", "TB"]

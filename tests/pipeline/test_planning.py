@@ -4,6 +4,7 @@ would (no workflow)."""
 import copy
 import dataclasses
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,11 +13,12 @@ import polars as pl
 import pytest
 import yaml
 from snakemake.utils import validate
+from snakemake_runs import snakemake, write_config
 
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
-from layerlaws.pipeline.planning import JobPlanner
+from layerlaws.pipeline.planning import JobPlanner, runtime_overruns
 from layerlaws.pipeline.resources import ModelSize
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,3 +125,60 @@ def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
     for distinct in (100, 2500):
         expected = few + class_sums_mb(1000 - repeated(100))
         assert host_mb("frequent", distinct) == pytest.approx(expected, abs=1)
+
+
+def test_the_estimate_names_every_job_longer_than_its_partition_allows(tmp_path):
+    """The paper's couplings of 70B models run for weeks: each is named with its planned
+    minutes, the limit and what to change, the rule once with how to split its jobs into
+    submissions that resume from the progress saves; a rule without a partition with a
+    limit is named as unchecked, and without limits nothing is checked."""
+    config = validated("configs/paper.yaml")
+    config["execution"] |= {"partition_runtime_limits": {"gpu": 2880}, "checkpoint_minutes": 15}
+    planner = JobPlanner.from_config(config, Layout(str(tmp_path)))
+    rows = planner.plan()
+    partitions = {"equilearning_pass": "gpu", "measure_coupling": "gpu", "train_model": "debug"}
+    lines = runtime_overruns(rows, partitions, planner.execution)
+    late = [row for row in rows if row["job"] != "train_model" and row["runtime"] > 2880]
+    assert {row["job"] for row in late} == {"measure_coupling"}
+    assert len(lines) == len(late) + 2
+    llama = next(row for row in late if row["model"] == "llama3-70b")
+    submissions = -(-llama["runtime"] // 2880)
+    assert submissions > 5
+    assert (
+        f"measure_coupling llama3-70b x leaderboard: planned {llama['runtime']} min, over the "
+        f"2880 min limit of partition gpu: plan fewer prompts (coupling.prompts.leaderboard) "
+        f"or coupling.token_layers, move it to a partition with a longer limit, or split it "
+        f"into at least {submissions} submissions (how: below)"
+    ) in lines
+    splitting = lines[-2]
+    assert splitting.startswith("  measure_coupling on partition gpu: ")
+    assert "set-resources: measure_coupling: runtime: 2880" in splitting
+    assert f"retries: {submissions - 1} or more" in splitting
+    assert "every execution.checkpoint_minutes (15 min)" in splitting
+    assert lines[-1] == (
+        "runtimes not checked (no limit in execution.partition_runtime_limits): "
+        "train_model (partition debug)"
+    )
+    unset = runtime_overruns(rows, {}, planner.execution)
+    assert unset[-1].endswith("run `snakemake estimate` with the SLURM profile)")
+    assert len(unset) == 1
+    defaults = config | {"execution": {}}
+    validate(defaults, str(REPO / "schemas/config.schema.yaml"))
+    unchecked = JobPlanner.from_config(defaults, Layout(str(tmp_path)))
+    assert runtime_overruns(rows, partitions, unchecked.execution) == []
+
+
+@pytest.mark.slow
+def test_snakemake_estimate_checks_the_partitions_of_the_slurm_profile(tmp_path):
+    """`snakemake estimate --profile profiles/slurm` (the estimate is a local rule; the
+    local executor runs it here, without SLURM) checks every job against the limit of the
+    partition the profile sends its rule to."""
+    config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
+    config["execution"]["partition_runtime_limits"] = {"gpu": 2880, "debug": 60}
+    profile = ["--profile", str(REPO / "profiles/slurm"), "--executor", "local"]
+    result = snakemake(tmp_path, "estimate", *profile, configfile=write_config(tmp_path, config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    llama = "measure_coupling llama3-70b x leaderboard: planned [0-9]+ min, over the 2880 min"
+    assert re.search(f"^{llama} limit of partition gpu: ", result.stdout, re.M)
+    assert "\n  measure_coupling on partition gpu: " in result.stdout
+    assert "runtimes not checked" not in result.stdout

@@ -1,6 +1,7 @@
 """The workflow through a real single-node SLURM (tests/slurm/cluster.sh) with
 profiles/slurm: jobs go through sbatch, the GPU rule gets a (fake) GPU, results equal a
-local run, and the machine is left as it was found (every package, by name and version).
+local run, a pass requeued mid-run resumes from its progress save, and the machine is left
+as it was found (every package, by name and version).
 Runs where the machine allows it (root, apt); otherwise skipped, saying why — except under
 CI=true, where it must run: there a reason to skip fails the run instead."""
 
@@ -8,14 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 import torch
-from snakemake_runs import REPO, SNAKEMAKE
+from snakemake_runs import REPO, SNAKEMAKE, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -88,21 +91,11 @@ def cluster(tmp_path_factory):
         assert not conf.exists() or "layerlaws-test" not in conf.read_text()
 
 
-def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
-    """The finished tiny workflow, with one run's tokens and model pass deleted, is
-    completed through SLURM: two jobs through sbatch (tokenisation, then the pass on a
-    GPU node), a PR table equal to the local one."""
-    workdir = tmp_path / "on-slurm"
-    shutil.copytree(finished, workdir, symlinks=True)
-    for name in (
-        "results/tokens/tiny-llama/mini.parquet",
-        f"{RESULT}/pr.csv",
-        f"{RESULT}/pass.json",
-    ):
-        (workdir / name).unlink()
-    # A hung status poll must not eat CI's time: SIGINT (which Snakemake honours) after
-    # 10 minutes, SIGKILL 15 s later.
-    command = [
+def slurm_command(workdir: Path, target: str) -> list[str]:
+    """Snakemake making ``target`` in ``workdir`` through the test cluster with
+    profiles/slurm. A hung status poll must not eat CI's time: SIGINT (which Snakemake
+    honours) after 10 minutes, SIGKILL 15 s later."""
+    return [
         "timeout",
         "-s",
         "INT",
@@ -110,7 +103,7 @@ def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
         "15",
         "600",
         *SNAKEMAKE,
-        f"{RESULT}/pr.csv",
+        target,
         "--directory",
         str(workdir),
         "--configfile",
@@ -134,15 +127,49 @@ def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
         "--seconds-between-status-checks",
         "2",
     ]
+
+
+def assert_same_table(expected: Path, actual: Path) -> None:
+    """Same results as the local run: bit for bit on a CPU. Where a real GPU is visible
+    the local run used it, and the SLURM job the real GPU or, given the fake GPU 1 of a
+    one-GPU machine, the CPU: the float columns equal to float32 rounding."""
+    expected_table, actual_table = pl.read_csv(expected), pl.read_csv(actual)
+    if not torch.cuda.is_available():
+        assert actual_table.equals(expected_table), actual
+        return
+    floats = [name for name, dtype in expected_table.schema.items() if dtype.is_float()]
+    assert actual_table.drop(floats).equals(expected_table.drop(floats)), actual
+    for name in floats:
+        np.testing.assert_allclose(actual_table[name], expected_table[name], atol=1e-5)
+
+
+def our_jobs(workdir: Path) -> list[str]:
+    """SLURM's record of the jobs run in ``workdir`` (``scontrol show jobs -o`` lines)."""
+    jobs = subprocess.run(
+        ["scontrol", "show", "jobs", "-o"], capture_output=True, text=True
+    ).stdout.splitlines()
+    return [line for line in jobs if f"WorkDir={workdir}" in line]
+
+
+def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
+    """The finished tiny workflow, with one run's tokens and model pass deleted, is
+    completed through SLURM: two jobs through sbatch (tokenisation, then the pass on a
+    GPU node), a PR table equal to the local one."""
+    workdir = tmp_path / "on-slurm"
+    shutil.copytree(finished, workdir, symlinks=True)
+    for name in (
+        "results/tokens/tiny-llama/mini.parquet",
+        f"{RESULT}/pr.csv",
+        f"{RESULT}/pass.json",
+    ):
+        (workdir / name).unlink()
+    command = slurm_command(workdir, f"{RESULT}/pr.csv")
     result = subprocess.run(command, capture_output=True, text=True, timeout=700)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
 
     # The two jobs went through sbatch: SLURM knows them, finished, in that folder.
-    jobs = subprocess.run(
-        ["scontrol", "show", "jobs", "-o"], capture_output=True, text=True
-    ).stdout.splitlines()
-    ours = [line for line in jobs if f"WorkDir={workdir}" in line]
-    assert len(ours) == 2, jobs
+    ours = our_jobs(workdir)
+    assert len(ours) == 2, ours
     assert all("JobState=COMPLETED" in line for line in ours)
     extract = [line for line in ours if "gres/gpu=1" in line or "gpu:1" in line]
     assert extract, "the GPU rule did not ask SLURM for a GPU"
@@ -151,18 +178,92 @@ def test_workflow_on_slurm_equals_a_local_run(cluster, finished, tmp_path):
     # The GPU job saw the device SLURM gave it (CUDA_VISIBLE_DEVICES set by SLURM).
     log = (workdir / "results/logs/equilearning_pass/tiny-llama/mini.log").read_text()
     assert "CUDA_VISIBLE_DEVICES='0'" in log or "CUDA_VISIBLE_DEVICES='1'" in log, log
-
-    # Same results as the local run: bit for bit on a CPU. Where a real GPU is visible the
-    # local run used it, and the SLURM job the real GPU or, given the fake GPU 1 of a
-    # one-GPU machine, the CPU: equal to float32 rounding.
-    expected = pl.read_csv(finished / RESULT / "pr.csv")
-    on_slurm = pl.read_csv(workdir / RESULT / "pr.csv")
-    if torch.cuda.is_available():
-        assert on_slurm.drop("pr").equals(expected.drop("pr"))
-        np.testing.assert_allclose(on_slurm["pr"], expected["pr"], rtol=0, atol=1e-5)
-    else:
-        assert on_slurm.equals(expected)
+    assert_same_table(finished / RESULT / "pr.csv", workdir / RESULT / "pr.csv")
 
     # A rerun through SLURM has nothing to do.
     rerun = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, timeout=120)
     assert "Nothing to be done" in rerun.stdout, rerun.stdout[-2000:]
+
+
+PAUSING = REPO / "tests" / "slurm" / "pausing"
+"""A ``sitecustomize`` that pauses every job after each of its progress saves."""
+PASS_OUTPUTS = [
+    "pr.csv",
+    "pass.json",
+    "fuzziness.csv",
+    "token_views.csv",
+    "token_views.npz",
+]
+PASS_TABLES = ["pr.csv", "fuzziness.csv", "token_views.csv"]
+PASS_COMMENT = "rule_equilearning_pass_wildcards_tiny-llama_mini"
+"""The comment the plugin gives the pass's job: its rule and wildcards."""
+SAVE_WAIT_SECONDS = 400
+
+
+def job_with_comment(comment: str) -> tuple[str, str]:
+    """(id, name) of the one queued or running job whose comment is ``comment``, found as
+    the README says (``squeue`` with the comment among its fields)."""
+    listed = subprocess.run(
+        ["squeue", "--noheader", "--format=%i|%j|%k"], capture_output=True, text=True, check=True
+    ).stdout
+    found = [line.split("|")[:2] for line in listed.splitlines() if line.split("|")[2] == comment]
+    assert len(found) == 1, listed
+    return found[0][0], found[0][1]
+
+
+def wait_for(path: Path, run: subprocess.Popen) -> None:
+    """Return once ``path`` exists; fail if ``run`` ends or SAVE_WAIT_SECONDS pass first."""
+    deadline = time.monotonic() + SAVE_WAIT_SECONDS
+    while not path.exists():
+        assert run.poll() is None, f"Snakemake ended (status {run.returncode}) before {path}"
+        assert time.monotonic() < deadline, f"no {path} after {SAVE_WAIT_SECONDS} s"
+        time.sleep(0.1)
+
+
+def test_a_requeued_pass_resumes_from_its_progress_save(cluster, finished, base_config, tmp_path):
+    """A model pass through SLURM that saves its progress after every batch
+    (``checkpoint_minutes: 0``; tests/slurm/pausing makes each save last 2 s longer) is
+    requeued with ``scontrol requeue`` once its first save exists: SLURM runs it again
+    under the same job id (the profile's ``slurm-requeue``; SLURM holds a requeued job
+    about two minutes before it is eligible again), the plugin waits for it instead of
+    failing it (no retry), the job resumes from the save and ends with the outputs of the
+    uninterrupted local run."""
+    workdir = tmp_path / "requeued"
+    shutil.copytree(finished, workdir, symlinks=True)
+    execution = {**base_config["execution"], "checkpoint_minutes": 0}
+    write_config(workdir, {**base_config, "execution": execution})
+    for name in PASS_OUTPUTS:
+        (workdir / RESULT / name).unlink()
+    path = os.pathsep.join(filter(None, [str(PAUSING), os.environ.get("PYTHONPATH")]))
+    printed = tmp_path / "snakemake.txt"
+    with printed.open("w") as output:
+        run = subprocess.Popen(
+            slurm_command(workdir, f"{RESULT}/pr.csv"),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        try:
+            wait_for(workdir / RESULT / ".resume/pr.csv.pt", run)
+            job, name = job_with_comment(PASS_COMMENT)
+            subprocess.run(["scontrol", "requeue", job], check=True)
+            run.wait(timeout=700)
+        finally:
+            if run.poll() is None:
+                run.send_signal(signal.SIGINT)  # Snakemake cancels its SLURM jobs
+                run.wait(timeout=120)
+    log = printed.read_text()
+    assert run.returncode == 0, log[-8000:]
+    assert name.startswith("layerlaws_"), name
+    assert "Trying to restart" not in log, log[-8000:]
+
+    # One job, run twice under its id: requeued once, then completed.
+    ours = our_jobs(workdir)
+    assert len(ours) == 1, ours
+    assert f"JobId={job} " in ours[0] and "JobState=COMPLETED" in ours[0], ours
+    assert "Requeue=1" in ours[0] and "Restarts=1" in ours[0], ours
+    job_log = (workdir / "results/logs/equilearning_pass/tiny-llama/mini.log").read_text()
+    assert "resuming the pass after batch" in job_log, job_log
+    for table in PASS_TABLES:
+        assert_same_table(finished / RESULT / table, workdir / RESULT / table)
+    assert not (workdir / RESULT / ".resume").exists()
