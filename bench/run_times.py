@@ -44,9 +44,11 @@ def main() -> None:
     print(f"{'rule':<26}{'jobs':>5}{'job-min':>9}{'longest':>9}{'first':>8}{'last':>8}")
     for rule, spans in sorted(rules.items(), key=lambda item: -sum(e - s for s, e in item[1])):
         durations = [end - start for start, end in spans]
+        began = (min(start for start, _ in spans) - first) / 60
+        ended = (max(end for _, end in spans) - first) / 60
         print(
             f"{rule:<26}{len(spans):>5}{sum(durations) / 60:>9.2f}{max(durations) / 60:>9.2f}"
-            f"{(min(s for s, _ in spans) - first) / 60:>8.2f}{(max(e for _, e in spans) - first) / 60:>8.2f}"
+            f"{began:>8.2f}{ended:>8.2f}"
         )
     total = sum(end - start for (_, start), end in jobs.items())
     print(f"run_minutes={(last - first) / 60:.2f} job_minutes={total / 60:.2f} jobs={len(jobs)}")

@@ -48,6 +48,11 @@ EXECUTION = Execution.from_config(config)
 PLANNER = JobPlanner(EXPANDED, LAYOUT)
 PLOT_FORMAT = config["plots"]["format"]
 TARGETS = Targets(EXPANDED, LAYOUT, PLOT_FORMAT)
+# Threads of the jobs that run a model (passes, hidden states, coupling, training): half
+# the cores Snakemake is given, 1 to 4, so that on a 2-core machine two such jobs run side
+# by side (small models gain little from a second thread; the numbers do not depend on
+# it) and on a workstation each gets 4. Under a cluster executor (no --cores), 4.
+MODEL_THREADS = min(4, max(1, (workflow.cores or 8) // 2))
 
 with open(SCHEMA) as schema_file:
     KEY_PATTERN = yaml.safe_load(schema_file)["$defs"]["key"]["pattern"].strip("^$")
@@ -141,3 +146,22 @@ def series_x(wildcards):
 
 def series_exclude_from_fits(wildcards):
     return config["series"][wildcards.series]["exclude_from_fits"]
+
+
+def rule_partitions(wildcards):
+    """Rule name → its `slurm_partition` resource as Snakemake resolved it (default-resources,
+    the rule's own, set-resources), or None where none is set."""
+    found = {}
+    for declared in workflow.rules:
+        partition = declared.resources.get("slurm_partition")
+        if partition is not None:
+            partition = partition.evaluate(
+                wildcards=wildcards,
+                input=[],
+                attempt=1,
+                threads=1,
+                rulename=declared.name,
+                async_run=None,
+            ).value
+        found[declared.name] = partition
+    return found

@@ -8,6 +8,8 @@ rule sample_sentences:
         LAYOUT.sentences(),
     log:
         LAYOUT.log("sample_sentences", "{dataset}"),
+    # Before other ready jobs: a training's corpus starts its chain, the longest.
+    priority: 50
     params:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],

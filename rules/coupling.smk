@@ -18,7 +18,7 @@ rule measure_coupling:
         streams=f"{LAYOUT.trajectories()}/streams.npz",
     log:
         LAYOUT.log("measure_coupling", "{model}", "{prompts}"),
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         **needs(PLANNER.measure_coupling),
     params:

@@ -15,7 +15,7 @@ rule equilearning_pass:
         token_states=f"{LAYOUT.equilearning()}/token_views.npz",
     log:
         LAYOUT.log("equilearning_pass", "{model}", "{dataset}"),
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         **needs(PLANNER.equilearning_pass),
     params:

@@ -10,7 +10,7 @@ rule extract_hidden:
         directory(LAYOUT.hidden()),
     log:
         LAYOUT.log("extract_hidden", "{model}", "{dataset}"),
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         **needs(PLANNER.extract_hidden),
     params:

@@ -9,6 +9,8 @@ rule prepare_model:
         directory(LAYOUT.model()),
     log:
         LAYOUT.log("prepare_model", "{model}"),
+    # Before other ready jobs: a training's tokenizer model starts its chain, the longest.
+    priority: 50
     params:
         model=model_preparation,
     script:
@@ -19,25 +21,6 @@ rule prepare_model:
 # the config needs (GPUs, host memory, disk, runtime) before anything runs, and the jobs
 # planned to run longer than their partition allows (`--profile profiles/slurm` gives the
 # partitions).
-def rule_partitions(wildcards):
-    """Rule name → its `slurm_partition` resource as Snakemake resolved it (default-resources,
-    the rule's own, set-resources), or None where none is set."""
-    found = {}
-    for rule in workflow.rules:
-        partition = rule.resources.get("slurm_partition")
-        if partition is not None:
-            partition = partition.evaluate(
-                wildcards=wildcards,
-                input=[],
-                attempt=1,
-                threads=1,
-                rulename=rule.name,
-                async_run=None,
-            ).value
-        found[rule.name] = partition
-    return found
-
-
 rule estimate:
     log:
         LAYOUT.log("estimate"),

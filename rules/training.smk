@@ -1,8 +1,15 @@
 # Stage 0: small LMs trained from scratch on a dataset's sample; their checkpoints are
 # models of their own (keyed <training>@step<N>) that every other stage measures.
+#
+# A training runs as a chain of jobs: its corpus packed once, then one train_checkpoint
+# job per segment (up to each checkpoint, then to the last step), each going on from the
+# checkpoint its predecessor saved; a checkpoint's model waits for its own segment only,
+# so the early checkpoints are measured while the training goes on. The chain has a high
+# priority (the scheduler starts it first) and one thread (the other cores measure).
+# train_model combines the segments' records into the curve, manifest and summary.
 
 
-rule train_model:
+rule pack_training_corpus:
     input:
         corpus=lambda wildcards: LAYOUT.sentences(training_config(wildcards)["dataset"]),
         held_out=held_out_sentences,
@@ -10,17 +17,57 @@ rule train_model:
             training_config(wildcards)["tokenizer"]
         ),
     output:
+        sequences=f"{LAYOUT.training()}/sequences.npy",
+        held_out=f"{LAYOUT.training()}/held_out_sequences.npy",
+        corpus=f"{LAYOUT.training()}/corpus.json",
+    log:
+        LAYOUT.log("pack_training_corpus", "{training}"),
+    priority: 50
+    params:
+        training=training_config,
+    script:
+        "../scripts/pack_training_corpus.py"
+
+
+rule train_checkpoint:
+    input:
+        sequences=f"{LAYOUT.training()}/sequences.npy",
+        held_out=f"{LAYOUT.training()}/held_out_sequences.npy",
+        tokenizer=lambda wildcards: LAYOUT.model(
+            training_config(wildcards)["tokenizer"]
+        ),
+        previous=lambda wildcards: TARGETS.previous_step_record(
+            wildcards.training, int(wildcards.step)
+        ),
+    output:
+        LAYOUT.step_record(),
+    log:
+        LAYOUT.log("train_checkpoint", "{training}", "{step}"),
+    wildcard_constraints:
+        step=r"\d+",
+    priority: 50
+    threads: 1
+    resources:
+        **needs(PLANNER.train_checkpoint),
+    params:
+        training=training_config,
+        checkpoint_folder=lambda wildcards: LAYOUT.checkpoints(wildcards.training),
+    script:
+        "../scripts/train_checkpoint.py"
+
+
+rule train_model:
+    input:
+        records=lambda wildcards: TARGETS.step_records(wildcards.training),
+        corpus=f"{LAYOUT.training()}/corpus.json",
+    output:
         curve=f"{LAYOUT.training()}/curve.csv",
         checkpoints=LAYOUT.checkpoint_manifest(),
         summary=f"{LAYOUT.training()}/training.json",
     log:
         LAYOUT.log("train_model", "{training}"),
-    threads: 4
-    resources:
-        **needs(PLANNER.train_model),
     params:
         training=training_config,
-        checkpoint_folder=lambda wildcards: LAYOUT.checkpoints(wildcards.training),
     script:
         "../scripts/train_model.py"
 

@@ -40,6 +40,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(CACHE, ignore_errors=True)
 
 
+SHARED_RUNS = {"finished": "finished", "series_run": "series"}
+"""Session fixtures that run a whole workflow → the worker group of the modules reading them."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (make test): the tests of a module run
+    on one worker, so its module fixtures are made once, and the modules that read the same
+    workflow run (``SHARED_RUNS``) run on one worker, so that run is made once."""
+    groups: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        for fixture, group in SHARED_RUNS.items():
+            if fixture in item.fixturenames:
+                groups[module] = group
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(groups.get(module, module)))
+
+
 def corpus_texts(count: int = 80) -> list[str]:
     """Real English texts from the offline Wikipedia summaries (deterministic)."""
     return [text for text, _ in wikipedia_summaries({"topics": ["Mathematics"]})[:count]]

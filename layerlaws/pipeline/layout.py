@@ -18,6 +18,7 @@ TRAINING = "{training}"
 SERIES = "{series}"
 TASK = "{task}"
 OWN_CORPUS = "{own_corpus}"
+STEP = "{step}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ class Layout:
     def checkpoint_manifest(self, training: str = TRAINING) -> str:
         """The table of a training's checkpoints (it exists once they all do)."""
         return f"{self.training(training)}/checkpoints.csv"
+
+    def step_record(self, training: str = TRAINING, step: str = STEP) -> str:
+        """The record a training's segment writes once the training reached ``step`` (a
+        checkpoint's exists once its weights do)."""
+        return f"{self.training(training)}/reached/step{step}.json"
 
     # Stages 1–3: samples, prepared models, tokens.
     def sentences(self, dataset: str = DATASET) -> str:
@@ -148,6 +154,7 @@ class Layout:
             name: getattr(self, name)()
             for name in (
                 "checkpoint_manifest",
+                "step_record",
                 "sentences",
                 "model_facts",
                 "tokens",

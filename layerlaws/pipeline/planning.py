@@ -222,9 +222,10 @@ class JobPlanner:
             return self._placeholder(wildcards.model)
         return self._coupling(wildcards.model, size, wildcards.prompts)
 
-    def train_model(self, wildcards: Any, input: Any) -> Needs:
-        """Training from scratch: the vocabulary is the tokenizer model's (a guess of
-        50,000 until it is prepared)."""
+    def train_checkpoint(self, wildcards: Any, input: Any) -> Needs:
+        """A segment of a training from scratch, planned as the whole training (an upper
+        bound: it trains up to its checkpoint only); the vocabulary is the tokenizer
+        model's (a guess of 50,000 until it is prepared)."""
         spec = TrainingSpec.of(self.config["training"][wildcards.training])
         owner = self.config["training"][wildcards.training]["tokenizer"]
         size = self._known_size(owner, input.tokenizer)
@@ -338,7 +339,7 @@ class JobPlanner:
             size = self._trained_size(training)
             rows.append(
                 {
-                    "job": "train_model",
+                    "job": "train_checkpoint",
                     "model": training,
                     "data": settings["dataset"],
                     "parameters": size.parameters,
@@ -385,10 +386,10 @@ SHORTER = {
     "equilearning_pass": FEWER_TOKENS,
     "extract_hidden": FEWER_TOKENS,
     "measure_coupling": "fewer prompts (coupling.prompts.{data}) or coupling.token_layers",
-    "train_model": "fewer steps (training.{model}.steps)",
+    "train_checkpoint": "fewer steps (training.{model}.steps)",
 }
 """How each planned job is made shorter, with its ``plan`` row's model and data."""
-RESUMES = {"train_model": "it resumes from its latest checkpoint (training.<key>.checkpoints)"}
+RESUMES = {"train_checkpoint": "it resumes from its latest checkpoint (training.<key>.checkpoints)"}
 """Where a rule's job resumed after a kill goes on from, when not from its progress saves."""
 SAVES = "it saves its progress every execution.checkpoint_minutes ({minutes:g} min) at most"
 

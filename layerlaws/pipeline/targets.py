@@ -16,6 +16,7 @@ from typing import Any
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.text.corpus import prompt_datasets
+from layerlaws.training.plan import TrainingSpec, previous_segment_end, segment_ends
 
 EQUILEARNING_FIGURES = ("law", "norms", "fuzziness", "token_views")
 SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
@@ -268,9 +269,24 @@ class Targets:
         return [] if held_out is None else [self.layout.sentences(held_out)]
 
     def trained_weights(self, model: str) -> list[str]:
-        """A training checkpoint's weights exist once its training's manifest does."""
-        training = self.expanded.models[model]["source"].get("training")
-        return [] if training is None else [self.layout.checkpoint_manifest(training)]
+        """A training checkpoint's weights exist once its training reached its step (the
+        record of that step's segment), while the training goes on."""
+        source = self.expanded.models[model]["source"]
+        if "training" not in source:
+            return []
+        return [self.layout.step_record(source["training"], source["step"])]
+
+    def step_records(self, training: str) -> list[str]:
+        """The records of every segment of a training, in step order."""
+        spec = TrainingSpec.of(self.config["training"][training])
+        return [self.layout.step_record(training, end) for end in segment_ends(spec)]
+
+    def previous_step_record(self, training: str, step: int) -> list[str]:
+        """The record of the segment before the one that ends at ``step`` (none for the
+        first): the checkpoint it goes on from."""
+        spec = TrainingSpec.of(self.config["training"][training])
+        previous = previous_segment_end(spec, step)
+        return [] if previous is None else [self.layout.step_record(training, previous)]
 
     def initial_model(self, model: str) -> list[str]:
         """The prepared step-0 checkpoint of a training checkpoint: the weights its

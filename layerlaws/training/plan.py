@@ -168,10 +168,22 @@ def pack_sequences(texts: Sequence[Sequence[int]], eos_id: int, context: int) ->
     return stream[: count * context].reshape(count, context)
 
 
-def batch_indices(n_sequences: int, spec: TrainingSpec, step: int) -> np.ndarray:
-    """(batch_size,) int64: the packed sequences optimizer step ``step`` reads. Each epoch
-    is a fresh permutation seeded by (seed, epoch); an epoch's incomplete last batch is
-    skipped."""
+def segment_ends(spec: TrainingSpec) -> tuple[int, ...]:
+    """The steps at which a segmented run stops, one job each: every checkpoint, and the
+    last step (where the loss curve ends even when no checkpoint is saved there)."""
+    return tuple(sorted({*spec.checkpoints, spec.steps}))
+
+
+def previous_segment_end(spec: TrainingSpec, end: int) -> int | None:
+    """The segment end before ``end`` (the step its segment starts from), None for the
+    first segment."""
+    earlier = [step for step in segment_ends(spec) if step < end]
+    return earlier[-1] if earlier else None
+
+
+def batches_per_epoch(n_sequences: int, spec: TrainingSpec) -> int:
+    """Full batches of ``spec.batch_size`` in ``n_sequences``; raises LayerlawsError when
+    there is not one."""
     per_epoch = n_sequences // spec.batch_size
     if per_epoch == 0:
         raise LayerlawsError(
@@ -179,7 +191,14 @@ def batch_indices(n_sequences: int, spec: TrainingSpec, step: int) -> np.ndarray
             f"fewer than one batch ({spec.batch_size}); add texts (the dataset's n_samples "
             f"or source) or lower training.<key>.batch_size or context"
         )
-    epoch, within = divmod(step, per_epoch)
+    return per_epoch
+
+
+def batch_indices(n_sequences: int, spec: TrainingSpec, step: int) -> np.ndarray:
+    """(batch_size,) int64: the packed sequences optimizer step ``step`` reads. Each epoch
+    is a fresh permutation seeded by (seed, epoch); an epoch's incomplete last batch is
+    skipped."""
+    epoch, within = divmod(step, batches_per_epoch(n_sequences, spec))
     order = np.random.default_rng([spec.seed, epoch]).permutation(n_sequences)
     return order[within * spec.batch_size : (within + 1) * spec.batch_size]
 

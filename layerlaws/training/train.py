@@ -8,6 +8,10 @@ tokens seen, losses so far, the run's fingerprint) and, in the latest checkpoint
 temporary name and renamed when complete. A run that finds checkpoints of the same
 fingerprint resumes from the latest one and ends with the same weights as an
 uninterrupted run; checkpoints of another fingerprint are deleted first.
+
+A run may stop early, at a segment end (``plan.segment_ends``: a checkpoint or the last
+step), and a later run go on from there: the workflow trains one segment per job, so the
+checkpoints saved early are measured while the training goes on.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from layerlaws.training.plan import (
     checkpoint_folder,
     learning_rate_at,
     pack_sequences,
+    segment_ends,
 )
 
 log = logging.getLogger(__name__)
@@ -176,9 +181,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
-    """The latest complete checkpoint of this run that holds a training state; checkpoints
-    of other runs (another fingerprint) are deleted."""
+def resumable_checkpoint(folder: Path, fingerprint: str, until: int) -> Path | None:
+    """The latest complete checkpoint of this run at step ``until`` or before that holds a
+    training state; checkpoints of other runs (another fingerprint) are deleted."""
     latest = None
     for partial in folder.glob("step_*.partial"):
         log.warning("deleting %s: a checkpoint whose writing was interrupted", partial)
@@ -188,7 +193,7 @@ def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
         if saved is None or saved.get("fingerprint") != fingerprint:
             log.warning("deleting %s: it belongs to another training run", candidate)
             shutil.rmtree(candidate)
-        elif (candidate / STATE_FILE).is_file():
+        elif saved["step"] <= until and (candidate / STATE_FILE).is_file():
             latest = candidate
     return latest
 
@@ -224,20 +229,31 @@ def train(
     held_out: np.ndarray | None,
     folder: str | Path,
     device: str,
+    until: int | None = None,
     on_checkpoint: Callable[[int], None] | None = None,
 ) -> TrainingRun:
     """Train ``config``'s model on packed ``sequences`` (n, context) int64 as ``spec``
-    says, on ``device``, saving checkpoints into ``folder`` (resuming from the latest one
-    of the same run). ``held_out`` (m, context) gives the held-out loss at every
-    checkpoint and every ``eval_every`` steps. ``on_checkpoint(step)`` is called after each
-    checkpoint is saved."""
+    says, on ``device``, up to step ``until`` (a segment end: a checkpoint step or the
+    last step, the default), saving checkpoints into ``folder``. The run resumes from the
+    latest checkpoint of the same run at ``until`` or before that holds a training state
+    (so a run that finds ``until``'s own trains nothing). A checkpoint it passes that is
+    already saved, other than ``until``'s, is kept as it is: a measurement may be reading
+    it, and the run is deterministic. ``held_out`` (m, context) gives the held-out loss at
+    every checkpoint and every ``eval_every`` steps. ``on_checkpoint(step)`` is called
+    after each checkpoint is passed."""
+    stop = spec.steps if until is None else until
+    if stop not in segment_ends(spec):
+        raise LayerlawsError(
+            f"a training stops at a checkpoint or its last step {segment_ends(spec)}, not at "
+            f"step {stop}"
+        )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     fingerprint = spec.fingerprint(sequences, held_out if held_out is not None else np.empty(0))
     data = torch.from_numpy(sequences)
     evaluation = torch.from_numpy(held_out) if held_out is not None else None
     result = TrainingRun()
-    resume = resumable_checkpoint(folder, fingerprint)
+    resume = resumable_checkpoint(folder, fingerprint, stop)
     if resume is None:
         model, start = initial_model(spec, config).to(device), 0
         optimizer = optimizer_of(spec, model)
@@ -261,6 +277,14 @@ def train(
 
     def checkpoint(step: int, held: float | None) -> None:
         nonlocal previous
+        if step != stop and checkpoint_folder(folder, step).is_dir():
+            log.info("keeping the checkpoint at step %d saved before", step)
+        else:
+            previous = save(step, held)
+        if on_checkpoint is not None:
+            on_checkpoint(step)
+
+    def save(step: int, held: float | None) -> Path:
         train_losses = [row["train_loss"] for row in result.curve if row["step"] == step]
         record = {
             "step": step,
@@ -270,17 +294,16 @@ def train(
             "fingerprint": fingerprint,
         }
         state = {"optimizer": optimizer.state_dict(), "step": step, "curve": result.curve}
-        previous = _save_checkpoint(folder, model, tokenizer, record, state, previous)
+        saved = _save_checkpoint(folder, model, tokenizer, record, state, previous)
         log.info("checkpoint at step %d (%d tokens seen)", step, record["tokens_seen"])
-        if on_checkpoint is not None:
-            on_checkpoint(step)
+        return saved
 
-    if start == 0 and 0 in spec.checkpoints:
+    if resume is None and 0 in spec.checkpoints:
         held = evaluate()
         result.curve.append(_curve_row(spec, 0, None, held))
         checkpoint(0, held)
     started, pending = time.perf_counter(), []
-    for step in range(start, spec.steps):
+    for step in range(start, stop):
         rate = learning_rate_at(spec, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
@@ -314,12 +337,12 @@ def train(
             if done in spec.checkpoints:
                 checkpoint(done, held)
     result.seconds = time.perf_counter() - started
-    trained_steps = spec.steps - start
     if result.seconds > 0:
-        result.tokens_per_second = spec.tokens_seen(trained_steps) / result.seconds
+        result.tokens_per_second = spec.tokens_seen(stop - start) / result.seconds
     result.checkpoints = [
         json.loads((checkpoint_folder(folder, step) / CHECKPOINT_FILE).read_text())
         for step in spec.checkpoints
+        if step <= stop
     ]
     return result
 

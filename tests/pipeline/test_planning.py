@@ -136,9 +136,13 @@ def test_the_estimate_names_every_job_longer_than_its_partition_allows(tmp_path)
     config["execution"] |= {"partition_runtime_limits": {"gpu": 2880}, "checkpoint_minutes": 15}
     planner = JobPlanner.from_config(config, Layout(str(tmp_path)))
     rows = planner.plan()
-    partitions = {"equilearning_pass": "gpu", "measure_coupling": "gpu", "train_model": "debug"}
+    partitions = {
+        "equilearning_pass": "gpu",
+        "measure_coupling": "gpu",
+        "train_checkpoint": "debug",
+    }
     lines = runtime_overruns(rows, partitions, planner.execution)
-    late = [row for row in rows if row["job"] != "train_model" and row["runtime"] > 2880]
+    late = [row for row in rows if row["job"] != "train_checkpoint" and row["runtime"] > 2880]
     assert {row["job"] for row in late} == {"measure_coupling"}
     assert len(lines) == len(late) + 2
     llama = next(row for row in late if row["model"] == "llama3-70b")
@@ -157,7 +161,7 @@ def test_the_estimate_names_every_job_longer_than_its_partition_allows(tmp_path)
     assert "every execution.checkpoint_minutes (15 min)" in splitting
     assert lines[-1] == (
         "runtimes not checked (no limit in execution.partition_runtime_limits): "
-        "train_model (partition debug)"
+        "train_checkpoint (partition debug)"
     )
     unset = runtime_overruns(rows, {}, planner.execution)
     assert unset[-1].endswith("run `snakemake estimate` with the SLURM profile)")

@@ -34,83 +34,6 @@ from layerlaws.series.summary import (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def series_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
-    """A tiny Llama trained on the texts the probing dataset does not sample, with three
-    checkpoints, as one series; three models with scores as another."""
-    local = {"kind": "local", "path": str(llama_folder)}
-    return {
-        "models": {
-            "tiny-llama": {"source": local, "scores": {"board": 30.0}},
-            "tiny-gpt2": {
-                "source": {"kind": "local", "path": str(gpt2_folder)},
-                "scores": {"board": 20.0},
-            },
-            "tiny-random": {"source": local, "init": "random", "scores": {"board": 10.0}},
-        },
-        "datasets": {
-            "mini": {
-                "source": {"kind": "files", "paths": [str(corpus_file)]},
-                "n_samples": 30,
-                "max_tokens": 24,
-            },
-            "rest": {
-                "source": {"kind": "files", "paths": [str(corpus_file)]},
-                "n_samples": "all",
-                "exclude": ["mini"],
-            },
-        },
-        "training": {
-            "tiny": {
-                "num_layers": 2,
-                "hidden_size": 16,
-                "num_heads": 2,
-                "tokenizer": "tiny-llama",
-                "dataset": "rest",
-                "held_out": "mini",
-                "context": 16,
-                "batch_size": 4,
-                "steps": 8,
-                "warmup_steps": 2,
-                "checkpoints": [0, 2, 8],
-                "eval_every": 4,
-            }
-        },
-        "series": {
-            "tiny": {
-                "models": ["tiny"],
-                "x": "step",
-                "datasets": ["mini"],
-                "prompts": "few",
-                "signatures": "training_corpus",
-            },
-            "family": {
-                "models": ["tiny-random", "tiny-gpt2", "tiny-llama"],
-                "x": "label",
-                "datasets": ["mini"],
-                "prompts": "few",
-            },
-        },
-        "signatures": {"top_tokens": 40},
-        "coupling": {
-            "prompts": {"few": {"dataset": "mini", "n_from_dataset": 1, "max_tokens": 8}},
-            "ks": [2, 4],
-            "lss_window": 2,
-            "metrics": ["paper", "released_trace"],
-        },
-        "equilearning": {"offsets": [1], "norms": ["model"], "controls": ["none"]},
-        "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
-    }
-
-
-@pytest.fixture(scope="module")
-def series_run(series_config, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("series")
-    write_config(workdir, series_config)
-    run_ok(workdir)
-    return workdir
-
-
 SUMMARY_COLUMNS = [
     "model",
     "x",
@@ -696,19 +619,20 @@ def test_training_corpus_too_small_for_one_batch(series_config, tmp_path):
     write_config(tmp_path, config)
     result = snakemake(tmp_path, "results/training/tiny/curve.csv")
     assert result.returncode != 0
-    log = (tmp_path / "results/logs/train_model/tiny.log").read_text()
+    log = (tmp_path / "results/logs/pack_training_corpus/tiny.log").read_text()
     assert "fewer than one batch (10000)" in log
     assert not (tmp_path / "results/training/tiny/curve.csv").exists()
 
 
 def test_a_rerun_training_resumes_from_its_checkpoints(series_run, tmp_path):
-    """Snakemake deletes a rerun job's outputs, not the checkpoints: the training resumes
-    from its latest one and writes the same manifest and curve."""
+    """Snakemake deletes a rerun job's outputs, not the checkpoints: each rerun segment
+    resumes from the latest checkpoint it may use (the last one its own) and the same
+    manifest and curve are written."""
     workdir = tmp_path / "copy"
     shutil.copytree(series_run, workdir, symlinks=True)
     training = workdir / "results/training/tiny"
     before = {name: (training / name).read_text() for name in ("checkpoints.csv", "curve.csv")}
-    run_ok(workdir, "--forcerun", "train_model", "--", "results/training/tiny/training.json")
+    run_ok(workdir, "--forcerun", "train_checkpoint", "--", "results/training/tiny/training.json")
     assert json.loads((training / "training.json").read_text())["resumed_from_step"] == 8
     assert {name: (training / name).read_text() for name in before} == before
 

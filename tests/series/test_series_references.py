@@ -2,10 +2,11 @@
 ``results/series/{series}/summary.csv`` recomputed with polars/NumPy/SciPy from the
 per-model outputs it aggregates, and ``fits.csv`` against ``scipy.stats.linregress``.
 
-The run is the training series ``tiny`` of tests/series/test_series.py alone (a tiny Llama
-trained from scratch, checkpoints at steps 0, 2 and 8, each measured like any model: the
-law on ``mini``, held-out loss, coupling and trajectories on ``few``, signatures on its
-own training corpus), without that module's family series. References:
+The run is the series run of tests/series/conftest.py, shared with test_series.py; these
+references check its training series ``tiny`` (a tiny Llama trained from scratch,
+checkpoints at steps 0, 2 and 8, each measured like any model: the law on ``mini``,
+held-out loss, coupling and trajectories on ``few``, signatures on its own training
+corpus), whose summary depends on its own members only. References:
 - ``parameters``, ``num_layers``, ``hidden_size``: the checkpoint's safetensors and
   config.json; ``step``, ``tokens_seen``: its checkpoint.json;
 - the law (``rho``, ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``):
@@ -25,7 +26,6 @@ own training corpus), without that module's family series. References:
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -34,8 +34,6 @@ import polars as pl
 import pytest
 from safetensors.numpy import load_file
 from scipy import stats
-from snakemake_runs import run_ok, write_config
-from test_series import series_config  # noqa: F401 (the fixture this module's run starts from)
 
 pytestmark = pytest.mark.slow
 
@@ -44,17 +42,6 @@ STEPS = [0, 2, 8]
 KS = [2, 4]
 """``coupling.ks`` of the series config."""
 STRING_KEYS = {"prompt": pl.String, "tokenizer": pl.String}
-
-
-@pytest.fixture(scope="module")
-def training_series(series_config, tmp_path_factory):  # noqa: F811
-    """The series ``tiny`` run on its own; the workdir."""
-    config = copy.deepcopy(series_config)
-    config["series"] = {"tiny": config["series"]["tiny"]}
-    workdir = tmp_path_factory.mktemp("series_references")
-    write_config(workdir, config)
-    run_ok(workdir)
-    return workdir
 
 
 def paper_rows(table: pl.DataFrame) -> pl.DataFrame:
@@ -143,8 +130,8 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
     return row
 
 
-def test_summary_columns_are_the_aggregates_of_the_model_outputs(training_series):
-    results = training_series / "results"
+def test_summary_columns_are_the_aggregates_of_the_model_outputs(series_run):
+    results = series_run / "results"
     summary = pl.read_csv(results / "series/tiny/summary.csv", schema_overrides=STRING_KEYS)
     expected = [model_reference(results, step) for step in STEPS]
     assert summary["model"].to_list() == [row["model"] for row in expected]
@@ -171,12 +158,12 @@ def test_summary_columns_are_the_aggregates_of_the_model_outputs(training_series
     print(message)
 
 
-def test_fits_are_scipy_linregress_of_loss_on_coupling(training_series):
+def test_fits_are_scipy_linregress_of_loss_on_coupling(series_run):
     """fits.csv: per K, held-out loss on ``mini`` against coupling = −miscoupling_all_k{K}
     over the three checkpoints: slope, intercept, R² = r², two-sided p of the slope, n
     (the paper's metric's rows where fits.csv has a ``metric`` column; other metrics'
     summary columns carry a suffix and are left to their own tests)."""
-    results = training_series / "results/series/tiny"
+    results = series_run / "results/series/tiny"
     summary = pl.read_csv(results / "summary.csv")
     fits = paper_rows(pl.read_csv(results / "fits.csv"))
     assert sorted(fits["k"].to_list()) == KS and set(fits["generalisation"]) == {"loss"}

@@ -211,21 +211,40 @@ def job_with_comment(comment: str) -> tuple[str, str]:
     return found[0][0], found[0][1]
 
 
-def wait_for(path: Path, run: subprocess.Popen) -> None:
-    """Return once ``path`` exists; fail if ``run`` ends or SAVE_WAIT_SECONDS pass first."""
+def wait_for(path: Path, run: subprocess.Popen, printed: Path) -> None:
+    """Return once ``path`` exists; fail if ``run`` (printing to ``printed``) ends or
+    SAVE_WAIT_SECONDS pass first, with what it printed."""
     deadline = time.monotonic() + SAVE_WAIT_SECONDS
     while not path.exists():
-        assert run.poll() is None, f"Snakemake ended (status {run.returncode}) before {path}"
+        ended = f"Snakemake ended (status {run.returncode}) before {path}"
+        assert run.poll() is None, f"{ended}\n{printed.read_text()[-6000:]}"
         assert time.monotonic() < deadline, f"no {path} after {SAVE_WAIT_SECONDS} s"
         time.sleep(0.1)
+
+
+def release(job: str) -> None:
+    """Make a requeued ``job`` eligible now: SLURM holds a requeued job (BeginTime) about
+    two minutes; ``StartTime=now`` is accepted once the job is pending again."""
+    deadline = time.monotonic() + SAVE_WAIT_SECONDS
+    while True:
+        updated = subprocess.run(
+            ["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, text=True
+        )
+        state = subprocess.run(
+            ["squeue", "--noheader", "--jobs", job, "--format=%T"], capture_output=True, text=True
+        ).stdout.strip()
+        if updated.returncode == 0 and state == "PENDING":
+            return
+        assert time.monotonic() < deadline, f"job {job} not pending: {state} {updated.stderr}"
+        time.sleep(0.5)
 
 
 def test_a_requeued_pass_resumes_from_its_progress_save(cluster, finished, base_config, tmp_path):
     """A model pass through SLURM that saves its progress after every batch
     (``checkpoint_minutes: 0``; tests/slurm/pausing makes each save last 2 s longer) is
     requeued with ``scontrol requeue`` once its first save exists: SLURM runs it again
-    under the same job id (the profile's ``slurm-requeue``; SLURM holds a requeued job
-    about two minutes before it is eligible again), the plugin waits for it instead of
+    under the same job id (the profile's ``slurm-requeue``; ``release`` lifts the two
+    minutes SLURM holds a requeued job), the plugin waits for it instead of
     failing it (no retry), the job resumes from the save and ends with the outputs of the
     uninterrupted local run."""
     workdir = tmp_path / "requeued"
@@ -244,9 +263,10 @@ def test_a_requeued_pass_resumes_from_its_progress_save(cluster, finished, base_
             env={**os.environ, "PYTHONPATH": path},
         )
         try:
-            wait_for(workdir / RESULT / ".resume/pr.csv.pt", run)
+            wait_for(workdir / RESULT / ".resume/pr.csv.pt", run, printed)
             job, name = job_with_comment(PASS_COMMENT)
             subprocess.run(["scontrol", "requeue", job], check=True)
+            release(job)
             run.wait(timeout=700)
         finally:
             if run.poll() is None:
