@@ -51,8 +51,12 @@ TARGETS = Targets(EXPANDED, LAYOUT, PLOT_FORMAT)
 # Threads of the jobs that run a model (passes, hidden states, coupling, training): half
 # the cores Snakemake is given, 1 to 4, so that on a 2-core machine two such jobs run side
 # by side (small models gain little from a second thread; the numbers do not depend on
-# it) and on a workstation each gets 4. Under a cluster executor (no --cores), 4.
-MODEL_THREADS = min(4, max(1, (workflow.cores or 8) // 2))
+# it) and on a workstation each gets 4. Under a cluster executor, and in its jobs, 4.
+MODEL_THREADS = (
+    4
+    if workflow.non_local_exec or workflow.remote_exec
+    else min(4, max(1, workflow.cores // 2))
+)
 
 with open(SCHEMA) as schema_file:
     KEY_PATTERN = yaml.safe_load(schema_file)["$defs"]["key"]["pattern"].strip("^$")

@@ -5,7 +5,8 @@
 # job per segment (up to each checkpoint, then to the last step), each going on from the
 # checkpoint its predecessor saved; a checkpoint's model waits for its own segment only,
 # so the early checkpoints are measured while the training goes on. The chain has a high
-# priority (the scheduler starts it first) and one thread (the other cores measure).
+# priority (the scheduler starts it first) and MODEL_THREADS (half the cores: the others
+# measure).
 # train_model combines the segments' records into the curve, manifest and summary.
 
 
@@ -46,7 +47,7 @@ rule train_checkpoint:
     wildcard_constraints:
         step=r"\d+",
     priority: 50
-    threads: 1
+    threads: MODEL_THREADS
     resources:
         **needs(PLANNER.train_checkpoint),
     params:
