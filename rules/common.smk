@@ -54,8 +54,8 @@ TARGETS = Targets(EXPANDED, LAYOUT, PLOT_FORMAT)
 # it) and on a workstation each gets 4. Under a cluster executor, and in its jobs, 4.
 MODEL_THREADS = (
     4
-    if workflow.non_local_exec or workflow.remote_exec
-    else min(4, max(1, workflow.cores // 2))
+    if workflow.remote_exec
+    else min(4, max(1, (workflow.resource_settings.cores or 8) // 2))
 )
 
 with open(SCHEMA) as schema_file:

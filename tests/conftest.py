@@ -289,3 +289,15 @@ TINY_TRAINING = {
 }
 """The settings of a tiny Llama trained for 12 steps (a training block of the config), for
 the training tests to vary."""
+
+
+@pytest.fixture(scope="session")
+def corpus(texts):
+    """A training corpus: the tokenizer of ``llama_tokenizer``, 60 texts packed into
+    sequences of TINY_TRAINING's context and 4 held-out sequences from the rest."""
+    from layerlaws.training.train import packed_texts
+
+    tokenizer = llama_tokenizer(texts)
+    sequences = packed_texts(tokenizer, texts[:60], TINY_TRAINING["context"])
+    held_out = packed_texts(tokenizer, texts[60:], TINY_TRAINING["context"])[:4]
+    return tokenizer, sequences, held_out

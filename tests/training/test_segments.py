@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from conftest import TINY_TRAINING, llama_tokenizer
+from conftest import TINY_TRAINING
 from safetensors.torch import load_file
 from snakemake_runs import run_ok, scheduled_jobs, write_config
 
@@ -30,19 +30,11 @@ from layerlaws.training.segments import (
     training_curve,
     training_summary,
 )
-from layerlaws.training.train import STATE_FILE, model_config, packed_texts, train
+from layerlaws.training.train import STATE_FILE, model_config, train
 
 
 def spec_of(**changes) -> TrainingSpec:
     return TrainingSpec.of({**TINY_TRAINING, **changes})
-
-
-@pytest.fixture(scope="module")
-def corpus(texts):
-    tokenizer = llama_tokenizer(texts)
-    sequences = packed_texts(tokenizer, texts[:60], TINY_TRAINING["context"])
-    held_out = packed_texts(tokenizer, texts[60:], TINY_TRAINING["context"])[:4]
-    return tokenizer, sequences, held_out
 
 
 def run(spec, corpus, folder, until=None):

@@ -29,7 +29,6 @@ from layerlaws.training.train import (
     CHECKPOINT_FILE,
     STATE_FILE,
     model_config,
-    packed_texts,
     train,
 )
 
@@ -81,14 +80,6 @@ def test_parameter_count_matches_the_built_model(texts) -> None:
             model = AutoModelForCausalLM.from_config(model_config(spec, tokenizer))
             expected = sum(p.numel() for p in model.parameters())
             assert parameter_count(spec, len(tokenizer)) == expected, (architecture, tied)
-
-
-@pytest.fixture(scope="module")
-def corpus(texts):
-    tokenizer = llama_tokenizer(texts)
-    sequences = packed_texts(tokenizer, texts[:60], SETTINGS["context"])
-    held_out = packed_texts(tokenizer, texts[60:], SETTINGS["context"])[:4]
-    return tokenizer, sequences, held_out
 
 
 def weights(folder) -> dict[str, torch.Tensor]:
