@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 CACHE = tempfile.mkdtemp(prefix="layerlaws-test-cache-")
 os.environ.update(
@@ -42,6 +43,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 SHARED_RUNS = {"finished": "finished", "series_run": "series"}
 """Session fixtures that run a whole workflow → the worker group of the modules reading them."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--dist loadgroup``, stop unless pytest-xdist can write a test's group into its
+    node id (``name@group``, what the scheduler reads; it sets ``item._nodeid``, which
+    pytest 9.2 no longer reads): modules would otherwise be split across workers, and two
+    workers make one module's fixtures twice, such as two SLURM clusters on one machine."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    try:
+        grouped = pytest.Item.nodeid.fget(SimpleNamespace(_nodeid="t@g")) == "t@g"
+    except AttributeError:
+        grouped = False
+    if not grouped:
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} keeps node ids where pytest-xdist's --dist loadgroup "
+            "cannot add the group, so modules would be split across workers; install the "
+            "versions pinned in pyproject.toml (make test does)"
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
