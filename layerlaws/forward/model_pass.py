@@ -350,11 +350,6 @@ def run_forward_pass(
 
     batches = length_sorted_batches(lengths, int(batch_size))
     done = resumed["batches_done"] if resumed else 0
-    if resumed and resumed["batches_hash"] != _batches_hash(sequences, batches[:done]):
-        raise LayerlawsError(
-            f"the progress save {saves.path} holds other batches than this pass would run; "
-            f"delete it to start the pass again"
-        )
     started = time.perf_counter()
     n_tokens = retries = 0
     bar = tqdm(
@@ -411,7 +406,8 @@ def _resumed(
     devices: list[str],
 ) -> dict[str, Any] | None:
     """The saved pass state, with ``observers`` restored from it; None when there is none
-    or it cannot be used here (logged)."""
+    or it cannot be used here (logged): made on other devices, by other observers, or
+    from batches that are not the first this pass runs at the saved batch size."""
     state = saves.load()
     if state is None:
         return None
@@ -424,6 +420,16 @@ def _resumed(
             len(state["observers"]),
             devices,
             len(observers),
+        )
+        return None
+    done = state["batches_done"]
+    batches = length_sorted_batches([len(s.token_ids) for s in sequences], state["batch_size"])
+    if state["batches_hash"] != _batches_hash(sequences, batches[:done]):
+        log.warning(
+            "discarding the progress save %s: the %d batches it merged are not the first "
+            "this pass runs",
+            saves.path,
+            done,
         )
         return None
     for observer, attributes in zip(observers, state["observers"], strict=True):

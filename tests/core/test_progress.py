@@ -91,10 +91,13 @@ def tables(observers):
     return [statistics.table(), fuzziness.table(), evaluation.table()]
 
 
-@pytest.mark.parametrize("saved", ["same inputs", "other inputs"])
+@pytest.mark.parametrize("saved", ["same inputs", "other inputs", "other batches"])
 def test_a_pass_interrupted_after_a_save_resumes_to_the_same_statistics(
-    saved, llama_folder, texts, tmp_path, monkeypatch
+    saved, llama_folder, texts, tmp_path, monkeypatch, caplog
 ):
+    """A save of the same inputs resumes after its batches; one of other inputs, or of
+    the same inputs but other batches merged (its batch hash altered), is discarded with a
+    log line and the pass starts again: every table equals the uninterrupted pass's."""
     facts, tokens = tokenised(llama_folder, texts[:12], tmp_path)
     model = load_model(tmp_path / "m", "float32", "cpu")
 
@@ -119,7 +122,15 @@ def test_a_pass_interrupted_after_a_save_resumes_to_the_same_statistics(
     with pytest.raises(Interrupted):
         run(interrupting)
     monkeypatch.setattr(ProgressSaves, "save", save)
-    report, resumed = run(ProgressSaves(path, "inputs" if saved == "same inputs" else "other", 0))
+    if saved == "other batches":
+        record = torch.load(path, weights_only=False)
+        record["state"]["batches_hash"] = "0" * 64
+        torch.save(record, path)
+    with caplog.at_level(logging.WARNING, logger="layerlaws"):
+        report, resumed = run(
+            ProgressSaves(path, "other" if saved == "other inputs" else "inputs", 0)
+        )
     assert report["batches_resumed"] == (2 if saved == "same inputs" else 0)
+    assert ("discarding the progress save" in caplog.text) == (saved != "same inputs")
     for ours, reference in zip(resumed, uninterrupted, strict=True):
         assert ours.equals(reference), pl.concat([ours, reference], how="horizontal")

@@ -11,9 +11,10 @@ import pytest
 import scipy.special
 import scipy.stats
 import torch
+from coupling_runs import measure_prompts
 
 from layerlaws.coupling.jacobians import jacobian_rows
-from layerlaws.coupling.measurement import TokenCoupling, measure_prompt, measure_prompt_set
+from layerlaws.coupling.measurement import TokenCoupling, measure_prompt
 from layerlaws.coupling.miscoupling import miscoupling_matrices
 from layerlaws.coupling.plots import pair_coupling
 from layerlaws.coupling.settings import CouplingSettings
@@ -131,19 +132,10 @@ def test_logit_lens_columns_end_at_the_models_own_prediction(llama, final_norm):
 
 
 def test_the_prompt_set_keeps_the_mean_absolute_coupling(llama_folder):
-    from layerlaws.models.loading import coupling_twins
-
     settings = CouplingSettings(ks=(2, 3), lss_window=3)
-    twins = coupling_twins(llama_folder, None, "float32", "cpu", settings.init_seed)
     prompts = [[1, 5, 9, 14], [1, 22, 8, 30, 11]]
-    result = measure_prompt_set(
-        twins,
-        prompts,
-        labels=[[str(t) for t in p] for p in prompts],
-        token_coupling=TokenCoupling(((1, 2),)),
-        settings=settings,
-        vjp_chunk=16,
-        device="cpu",
+    _, result = measure_prompts(
+        llama_folder, prompts, settings, token_coupling=TokenCoupling(((1, 2),))
     )
     couplings = result.couplings
     assert int(couplings["k"]) == 2 and list(couplings["token_layers"]) == [1, 2]

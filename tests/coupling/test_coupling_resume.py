@@ -13,14 +13,13 @@ import shutil
 import numpy as np
 import polars as pl
 import pytest
+from coupling_runs import measure_prompts
 from fault_injection import killed_saves, killing_environment
 from snakemake_runs import run_ok, snakemake, write_config
 
 import layerlaws.coupling.measurement as measurement
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
 from layerlaws.coupling.settings import CouplingSettings
-from layerlaws.models.loading import coupling_twins
 
 PROMPTS = [[1, 5, 9, 14, 3], [1, 22, 8, 30], [1, 4, 12, 6, 19]]
 SETTINGS = CouplingSettings(ks=(2, 3), token_layers=((2, 4),), svd="randomized", svd_seed=3)
@@ -37,17 +36,7 @@ class Killed(Exception):
 def measured(folder, saves=None, settings=SETTINGS, prompts=PROMPTS):
     """``measure_prompt_set`` of the tiny Llama in ``folder`` and its random twin, loaded
     afresh as a new job would."""
-    twins = coupling_twins(folder, None, "float32", "cpu", settings.init_seed)
-    return measure_prompt_set(
-        twins,
-        prompts,
-        labels=[[str(token) for token in prompt] for prompt in prompts],
-        token_coupling=TokenCoupling.of(settings, 4),
-        settings=settings,
-        vjp_chunk=16,
-        device="cpu",
-        saves=saves,
-    )
+    return measure_prompts(folder, prompts, settings, saves=saves)[1]
 
 
 def killed_run(monkeypatch, saves, after, **kwargs):

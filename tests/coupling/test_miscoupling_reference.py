@@ -17,12 +17,11 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from coupling_runs import measure_prompts
 from whole_model_jacobians import reference_step_jacobian, scanned_blocks
 
-from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.blocks import trace_blocks
-from layerlaws.models.loading import coupling_twins
 
 pytestmark = pytest.mark.slow
 
@@ -51,17 +50,7 @@ def reference_miscoupling(jacobian: np.ndarray, other: np.ndarray, k: int) -> fl
 
 @pytest.fixture(scope="module")
 def measured(llama_folder):
-    settings = CouplingSettings(ks=KS)
-    twins = coupling_twins(llama_folder, None, "float64", "cpu", settings.init_seed)
-    result = measure_prompt_set(
-        twins,
-        PROMPTS,
-        labels=[[str(token) for token in prompt] for prompt in PROMPTS],
-        token_coupling=TokenCoupling.of(settings, 4),
-        settings=settings,
-        vjp_chunk=16,
-        device="cpu",
-    )
+    twins, result = measure_prompts(llama_folder, PROMPTS, CouplingSettings(ks=KS), "float64")
     return twins, result.depth
 
 

@@ -1,0 +1,36 @@
+"""The coupling measurement of a test model and its random twin, as a job runs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from layerlaws.core.progress import ProgressSaves
+from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
+from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.models.loading import coupling_twins
+
+
+def measure_prompts(
+    folder: Path,
+    prompts: list[list[int]],
+    settings: CouplingSettings,
+    dtype: str = "float32",
+    token_coupling: TokenCoupling | None = None,
+    saves: ProgressSaves | None = None,
+) -> tuple[Any, Any]:
+    """(twins, ``measure_prompt_set`` result) of the model in ``folder`` and its random
+    twin, loaded afresh in ``dtype`` on the CPU; each token labelled by its id, the token
+    coupling of 4 layers unless given."""
+    twins = coupling_twins(folder, None, dtype, "cpu", settings.init_seed)
+    result = measure_prompt_set(
+        twins,
+        prompts,
+        labels=[[str(token) for token in prompt] for prompt in prompts],
+        token_coupling=token_coupling or TokenCoupling.of(settings, 4),
+        settings=settings,
+        vjp_chunk=16,
+        device="cpu",
+        saves=saves,
+    )
+    return twins, result
