@@ -292,7 +292,7 @@ def run_forward_pass(
     compute_dtype = next(model.parameters()).dtype
     all_observers = [*observers, *logit_observers]
     devices = sorted({str(parameter.device) for parameter in model.parameters()})
-    resumed = _resumed(saves, all_observers, sequences, devices) if saves else None
+    resumed = _resumed(saves, all_observers, sequences, lengths, devices) if saves else None
     if resumed is not None:
         batch_size = resumed["batch_size"]
     elif batch_size == "auto":
@@ -403,6 +403,7 @@ def _resumed(
     saves: ProgressSaves,
     observers: Sequence[Observer | LogitObserver],
     sequences: Sequence[TokenSequence],
+    lengths: list[int],
     devices: list[str],
 ) -> dict[str, Any] | None:
     """The saved pass state, with ``observers`` restored from it; None when there is none
@@ -423,7 +424,7 @@ def _resumed(
         )
         return None
     done = state["batches_done"]
-    batches = length_sorted_batches([len(s.token_ids) for s in sequences], state["batch_size"])
+    batches = length_sorted_batches(lengths, state["batch_size"])
     if state["batches_hash"] != _batches_hash(sequences, batches[:done]):
         log.warning(
             "discarding the progress save %s: the %d batches it merged are not the first "
