@@ -30,6 +30,7 @@ rule measure_coupling:
         final_norm=config["coupling"]["final_norm"],
         metrics=config["coupling"]["metrics"],
         svd=config["coupling"]["svd"],
+        products=config["coupling"]["products"],
         svd_seed=config["coupling"]["svd_seed"],
         init_seed=config["coupling"]["init_seed"],
         lss_window=config["coupling"]["lss_window"],

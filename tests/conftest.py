@@ -28,6 +28,7 @@ os.environ.update(
 )
 
 import pytest
+import torch
 from tiny_models import save_tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -46,10 +47,16 @@ SHARED_RUNS = {"finished": "finished", "series_run": "series"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``--dist loadgroup``, stop unless pytest-xdist can write a test's group into its
+    """A pytest-xdist worker computes on its share of the cores (torch's threads; with
+    each of two workers on both cores of a 2-core machine, their OpenMP threads wait on
+    each other and small models run 10× slower).
+
+    Under ``--dist loadgroup``, stop unless pytest-xdist can write a test's group into its
     node id (``name@group``, what the scheduler reads; it sets ``item._nodeid``, which
     pytest 9.2 no longer reads): modules would otherwise be split across workers, and two
     workers make one module's fixtures twice, such as two SLURM clusters on one machine."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     if config.getoption("dist", "no") != "loadgroup":
         return
     try:

@@ -16,6 +16,7 @@ import torch
 from transformers import CONFIG_MAPPING, PreTrainedTokenizerBase
 
 from layerlaws.models.architectures import auto_class
+from layerlaws.models.loading import load_model
 
 WIDTH = 32
 """Hidden size of the family models."""
@@ -126,3 +127,59 @@ def save_tiny_model(
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# The families as the coupling tests load them: three blocks, float64 where they run in it.
+
+ALL_FAMILIES = (*FAMILIES, *ENCODER_OPTIONS)
+NUM_BLOCKS = 3
+FLOAT32_FAMILIES = {
+    "mixtral": "transformers' grouped-matmul experts take no float64",
+    "qwen2_moe": "transformers' grouped-matmul experts take no float64",
+    "qwen3_moe": "transformers' grouped-matmul experts take no float64",
+    "jamba": "transformers' grouped-matmul experts take no float64",
+    "xglm": "its attention mask fills with float64's minimum, which overflows a float",
+}
+"""Families measured in float32, and why not in float64."""
+WHOLE_SEQUENCE_FAMILIES = {
+    "openai-gpt": "its blocks take no key/value cache",
+    "bloom": "its ALiBi bias runs over key columns, which the argument cut takes for rows",
+    "jamba": "its Mamba layers (the first and last here) keep a convolution and SSM state",
+    "recurrent_gemma": "its recurrent layers (the first and last here) keep a state",
+    "mamba": "a state-space model: no keys and values",
+    "mamba2": "a state-space model: no keys and values",
+    "falcon_mamba": "a state-space model: no keys and values",
+    "rwkv": "a recurrent model: no keys and values",
+    "bert": "bidirectional: a token's output depends on later tokens",
+    "roberta": "bidirectional: a token's output depends on later tokens",
+}
+"""Families whose Jacobian products fall back to whole-sequence ones (the README names
+them), and why; in the hybrids only the attention layer (the middle block here) is
+re-run token by token."""
+HYBRID_FAMILIES = {"jamba", "recurrent_gemma"}
+ROUNDED_IN_FLOAT32 = {
+    "mpt": "its attention softmax runs in float32, on scores that the token-local re-run "
+    "sums in another order (float64 rounding, then float32's)"
+}
+"""Float64 families whose token-local Jacobians differ from the reference by float32
+rounding (the ``float32`` bounds)."""
+
+
+def family_sizes(family: str) -> dict:
+    """Sizes of a three-block tiny model (GPT-Neo lists one attention type per block)."""
+    sizes: dict = {"num_hidden_layers": NUM_BLOCKS}
+    if family == "gpt_neo":
+        sizes["attention_types"] = [[["global", "local", "global"], 1]]
+    return sizes
+
+
+def family_dtype(family: str) -> str:
+    """float64 where the family runs in it."""
+    return "float32" if family in FLOAT32_FAMILIES else "float64"
+
+
+def tiny_family_model(family: str, tokenizer, folder: Path):
+    """The tiny ``family`` model (seed 0) loaded as the coupling stage loads it (eager
+    attention, evaluation mode)."""
+    save_tiny_model(folder, family, tokenizer, **family_sizes(family))
+    return load_model(folder, family_dtype(family), "cpu", attention="eager")

@@ -13,9 +13,10 @@ module list of ``num_hidden_layers`` modules; the head is transformers'
 the stream before W_U, the model's one child besides its base model.
 
 ``pipeline_step_jacobian`` is the side under test: the coupling stage's path
-(``trace_blocks`` and ``jacobian_rows`` one output token at a time, as ``measure_prompt``
-does), plus the identity, since the stage keeps the residual branch's Jacobian
-J = ∂F/∂X − I.
+(``trace_blocks``, then one output token at a time its Jacobians formed by d VJPs, as
+``measure_prompt`` does: through the whole sequence, or through the block re-run for that
+token alone, ``layerlaws.coupling.local``), plus the identity, since the stage keeps the
+residual branch's Jacobian J = ∂F/∂X − I.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from layerlaws.coupling.jacobians import jacobian_rows
+from layerlaws.coupling.local import TokenLocalBlock
 from layerlaws.models.blocks import trace_blocks
 
 ENCODER_FAMILIES = {"bert", "roberta"}
@@ -108,20 +110,30 @@ def reference_step_jacobian(
 
 
 def pipeline_step_jacobian(
-    model: Any, input_ids: torch.Tensor, block: int, vjp_chunk: int = 12
-) -> tuple[torch.Tensor, torch.Tensor]:
+    model: Any, input_ids: torch.Tensor, block: int, vjp_chunk: int = 12, local: bool = False
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The coupling stage's Jacobian of block ``block`` (0-based; the last one including
     the final norm) plus the identity, (T, d, T, d) indexed [t2, i, t1, j], and the traced
-    streams x^0 … x^L (L + 1, T, d)."""
+    streams x^0 … x^L (L + 1, T, d); with ``local``, token-local products (None for the
+    Jacobian where the family falls back to whole-sequence ones)."""
     calls, streams = trace_blocks(model, input_ids)
     stream = streams[block]
     length, width = stream.shape
-    rows = torch.stack(
-        [
-            jacobian_rows(calls[block].branch, stream, output, range(length), vjp_chunk)
-            for output in range(length)
-        ]
-    )  # [t2, t1, i, j]
+    if local:
+        token_local = TokenLocalBlock(calls[block], stream, vjp_chunk)
+        graphs = [token_local.at(output, context=True) for output in range(length)]
+        if any(graph is None for graph in graphs):
+            return None, streams
+        earlier = [graph.rows(list(range(output + 1))) for output, graph in enumerate(graphs)]
+        zeros = torch.zeros(length, width, width, dtype=earlier[0].dtype)
+        rows = torch.stack([torch.cat([found, zeros[len(found) :]]) for found in earlier])
+    else:
+        rows = torch.stack(
+            [
+                jacobian_rows(calls[block].branch, stream, output, range(length), vjp_chunk)
+                for output in range(length)
+            ]
+        )  # [t2, t1, i, j]
     identity = torch.eye(length * width, dtype=rows.dtype).reshape(length, width, length, width)
     return rows.permute(0, 2, 1, 3) + identity, streams
 

@@ -49,19 +49,21 @@ import torch
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling.jacobians import jacobian_rows, top_singular
+from layerlaws.coupling.jacobians import top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
+from layerlaws.coupling.local import TokenLocalBlock
 from layerlaws.coupling.miscoupling import OWN_VALUES_FREE, metric_matrices, needs_swapped
 from layerlaws.coupling.operators import (
     DenseJacobian,
     Factors,
     Linearisation,
     Operator,
+    Products,
     TokenJacobian,
     coupling_stack,
     randomized_factors,
 )
-from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.settings import TOKEN_LOCAL, CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
     expodistance,
@@ -134,21 +136,28 @@ class PromptMeasurement:
 
 class _BlockJacobians:
     """The Jacobians J_{t1 t2} of one block at its stream (T, d), as operators: formed by
-    ``jacobian_rows`` (``svd`` full or randomized) or matrix-free, through one
-    ``Linearisation`` of the block shared by all of them (``matrix_free``)."""
+    d VJPs (``svd`` full or randomized) or matrix-free, each output token's products
+    through the block re-run for that token alone where its family allows
+    (``products: token_local``, ``layerlaws.coupling.local``), through the whole sequence
+    otherwise (``Linearisation``)."""
 
-    def __init__(self, call: BlockCall, stream: torch.Tensor, svd: str, vjp_chunk: int) -> None:
-        self.call, self.stream, self.vjp_chunk = call, stream, vjp_chunk
-        self.linearisation = (
-            Linearisation(call.branch, stream, vjp_chunk) if svd == MATRIX_FREE else None
+    def __init__(
+        self, call: BlockCall, stream: torch.Tensor, settings: CouplingSettings, vjp_chunk: int
+    ) -> None:
+        self.matrix_free = settings.svd == MATRIX_FREE
+        self.whole = Linearisation(call.branch, stream, vjp_chunk)
+        self.local = (
+            TokenLocalBlock(call, stream, vjp_chunk) if settings.products == TOKEN_LOCAL else None
         )
 
     def between(self, output: int, inputs: Sequence[int]) -> list[Operator]:
         """J_{t1, output} for each t1 of ``inputs``."""
-        if self.linearisation is not None:
-            return [TokenJacobian(self.linearisation, t1, output) for t1 in inputs]
-        rows = jacobian_rows(self.call.branch, self.stream, output, inputs, self.vjp_chunk)
-        return [DenseJacobian(matrix) for matrix in rows]
+        context = any(token != output for token in inputs)
+        local = None if self.local is None else self.local.at(output, context)
+        products: Products = self.whole.at(output) if local is None else local
+        if self.matrix_free:
+            return [TokenJacobian(products, t1) for t1 in inputs]
+        return [DenseJacobian(matrix) for matrix in products.rows(list(inputs))]
 
 
 def _factors(operator: Operator, k: int, svd: str, seed: int) -> Factors:
@@ -208,7 +217,7 @@ def measure_prompt(
 
     seed, swapped = settings.svd_seed, needs_swapped(settings.metrics)
     depth = [
-        _BlockJacobians(call, stream, svd, vjp_chunk).between(last, [last])[0]
+        _BlockJacobians(call, stream, settings, vjp_chunk).between(last, [last])[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
     depth_factors = [_factors(j, k_max, svd, seed) for j in depth]
@@ -242,7 +251,7 @@ def measure_prompt(
     needs_values = bool(set(settings.metrics) - OWN_VALUES_FREE)
     jacobians = {
         layer: _token_jacobians(
-            _BlockJacobians(calls[layer - 1], streams[layer - 1], svd, vjp_chunk),
+            _BlockJacobians(calls[layer - 1], streams[layer - 1], settings, vjp_chunk),
             length,
             fixed_input,
             fixed_output,

@@ -31,7 +31,7 @@ from typing import Protocol
 import torch
 
 from layerlaws.coupling.costs import OVERSAMPLING, POWER_STEPS, sketch_products
-from layerlaws.coupling.jacobians import _seeded
+from layerlaws.coupling.jacobians import _seeded, jacobian_rows
 
 Branch = Callable[[torch.Tensor], torch.Tensor]
 Factors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -69,71 +69,141 @@ class DenseJacobian:
 
 
 class Linearisation:
-    """One block's branch f linearised at a stream X (T, d): the forward graph of f(X) is
-    built once, the graph of its pullback (for JVPs) on the first JVP; every
-    ``TokenJacobian`` of the block shares them. Memory: the two graphs plus ``chunk`` × T ×
-    d products at a time."""
+    """One block's branch f linearised at a stream X (T, d) over the whole sequence: the
+    forward graph of f(X) is built on the first product, the graph of its pullback (for
+    JVPs) on the first JVP; every output token's ``OutputToken`` shares them. A product
+    costs a backward pass over all T tokens: the fallback of families whose blocks cannot
+    be re-run one token at a time (``layerlaws.coupling.local``). Memory: the two graphs
+    plus ``chunk`` × T × d products at a time."""
 
     def __init__(self, branch: Branch, stream: torch.Tensor, chunk: int = 64) -> None:
-        self.chunk = chunk
-        self.length, self.width = stream.shape
-        with torch.enable_grad():
-            self.inputs = stream[None].detach().clone().requires_grad_(True)
-            self.outputs = branch(self.inputs)
-        self._cotangent: torch.Tensor | None = None
-        self._pullback: torch.Tensor | None = None
+        self.branch, self.stream, self.chunk = branch, stream, chunk
+        self.width = stream.shape[1]
+        self._graph: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._pullback: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def pull(self, output_token: int, cotangents: torch.Tensor) -> torch.Tensor:
-        """Σ_i u_i ∂f(X)_{t2, i} / ∂X for each cotangent u (n, d) at output token t2:
-        (n, T, d), the VJPs read at every input token."""
-        return self._batched(self.outputs, self.inputs, output_token, cotangents)
+    def _forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(X as a leaf (1, T, d), f(X) (1, T, d)), built once."""
+        if self._graph is None:
+            with torch.enable_grad():
+                inputs = self.stream[None].detach().clone().requires_grad_(True)
+                self._graph = inputs, self.branch(inputs)
+        return self._graph
+
+    def pull(self, output_token: int, input_token: int, cotangents: torch.Tensor) -> torch.Tensor:
+        """Jᵀ u of J_{t1 t2} for each cotangent u (n, d) at output token t2: (n, d) at
+        input token t1."""
+        inputs, outputs = self._forward()
+        return batched_gradients(outputs, inputs, output_token, input_token, cotangents, self.chunk)
+
+    def push(self, output_token: int, input_token: int, tangents: torch.Tensor) -> torch.Tensor:
+        """J v of J_{t1 t2} for each tangent v (n, d) at input token t1: (n, d) at output
+        token t2 (double backward)."""
+        if self._pullback is None:
+            inputs, outputs = self._forward()
+            self._pullback = pullback_graph(outputs, inputs)
+        pullback, cotangent = self._pullback
+        return batched_gradients(
+            pullback, cotangent, input_token, output_token, tangents, self.chunk
+        )
+
+    def at(self, output_token: int) -> OutputToken:
+        """The products of output token ``output_token``'s Jacobians."""
+        return OutputToken(self, output_token)
+
+
+class OutputToken:
+    """The Jacobians J_{t1 t2} of one output token t2 through a whole-sequence
+    ``Linearisation``: products, and (``rows``) the Jacobians formed by d VJPs."""
+
+    def __init__(self, linearisation: Linearisation, output_token: int) -> None:
+        self.linearisation, self.token = linearisation, output_token
+        self.width, self.device = linearisation.width, linearisation.stream.device
+
+    def pull(self, input_token: int, cotangents: torch.Tensor) -> torch.Tensor:
+        return self.linearisation.pull(self.token, input_token, cotangents)
 
     def push(self, input_token: int, tangents: torch.Tensor) -> torch.Tensor:
-        """Σ_j v_j ∂f(X) / ∂x_{t1, j} for each tangent v (n, d) at input token t1: (n, T,
-        d), the JVPs read at every output token (double backward)."""
-        if self._pullback is None:
-            with torch.enable_grad():
-                self._cotangent = torch.zeros_like(self.outputs, requires_grad=True)
-                (self._pullback,) = torch.autograd.grad(
-                    self.outputs, self.inputs, self._cotangent, create_graph=True
-                )
-        return self._batched(self._pullback, self._cotangent, input_token, tangents)
+        return self.linearisation.push(self.token, input_token, tangents)
 
-    def _batched(
-        self, outputs: torch.Tensor, inputs: torch.Tensor, token: int, vectors: torch.Tensor
-    ) -> torch.Tensor:
-        """Gradients of ``outputs`` with respect to ``inputs`` (both (1, T, d)) for the
-        ``vectors`` (n, d) placed at ``token``, ``chunk`` at a time: (n, T, d)."""
-        results = []
-        with torch.enable_grad():
-            for start in range(0, len(vectors), self.chunk):
-                batch = vectors[start : start + self.chunk]
-                seeds = torch.zeros(
-                    len(batch), *outputs.shape, dtype=outputs.dtype, device=outputs.device
-                )
-                seeds[:, 0, token] = batch.to(seeds)
-                (gradients,) = torch.autograd.grad(
-                    outputs, inputs, seeds, retain_graph=True, is_grads_batched=True
-                )
-                results.append(gradients[:, 0])
-        found = torch.cat(results)
-        return found.to(torch.promote_types(found.dtype, torch.float32))
+    def rows(self, input_tokens: Sequence[int]) -> torch.Tensor:
+        """J_{t1 t2} formed for each t1 of ``input_tokens``: (n, d, d)."""
+        lin = self.linearisation
+        return jacobian_rows(lin.branch, lin.stream, self.token, input_tokens, lin.chunk)
+
+
+class Products(Protocol):
+    """Products with the Jacobians J_{t1 t2} of one output token t2 (``OutputToken`` or
+    ``layerlaws.coupling.local.LocalLinearisation``)."""
+
+    width: int
+    """d."""
+    device: torch.device
+    """Where the products are computed."""
+
+    def pull(self, input_token: int, cotangents: torch.Tensor) -> torch.Tensor:
+        """Jᵀ u for each u (n, d): (n, d)."""
+        ...
+
+    def push(self, input_token: int, tangents: torch.Tensor) -> torch.Tensor:
+        """J v for each v (n, d): (n, d)."""
+        ...
+
+    def rows(self, input_tokens: Sequence[int]) -> torch.Tensor:
+        """J_{t1 t2} formed for each t1: (n, d, d)."""
+        ...
 
 
 class TokenJacobian:
-    """J_{t1 t2} = ∂f(X)_{t2} / ∂x_{t1} (d, d) of a ``Linearisation`` as an ``Operator``:
-    each product is one VJP or JVP through the block's graph."""
+    """J_{t1 t2} as an ``Operator``: each product one VJP or JVP of the output token's
+    ``Products``."""
 
-    def __init__(self, linearisation: Linearisation, input_token: int, output_token: int) -> None:
-        self.linearisation, self.width = linearisation, linearisation.width
-        self.device = linearisation.inputs.device
-        self.input_token, self.output_token = input_token, output_token
+    def __init__(self, products: Products, input_token: int) -> None:
+        self.products, self.input_token = products, input_token
+        self.width, self.device = products.width, products.device
 
     def matvec(self, vectors: torch.Tensor) -> torch.Tensor:
-        return self.linearisation.push(self.input_token, vectors.T)[:, self.output_token].T
+        return self.products.push(self.input_token, vectors.T).T
 
     def rmatvec(self, vectors: torch.Tensor) -> torch.Tensor:
-        return self.linearisation.pull(self.output_token, vectors.T)[:, self.input_token].T
+        return self.products.pull(self.input_token, vectors.T).T
+
+
+def pullback_graph(outputs: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(Jᵀ u as a function of u, u): the pullback of ``outputs`` to ``inputs`` built with
+    ``create_graph`` at a zero cotangent u, for JVPs by double backward."""
+    with torch.enable_grad():
+        cotangent = torch.zeros_like(outputs, requires_grad=True)
+        (pullback,) = torch.autograd.grad(outputs, inputs, cotangent, create_graph=True)
+    return pullback, cotangent
+
+
+def batched_gradients(
+    outputs: torch.Tensor,
+    inputs: torch.Tensor,
+    output_row: int,
+    input_row: int | None,
+    vectors: torch.Tensor,
+    chunk: int,
+) -> torch.Tensor:
+    """Gradients of ``outputs`` (1, n_out, d) with respect to ``inputs`` (1, n_in, d) for
+    the ``vectors`` (n, d) placed at row ``output_row``, ``chunk`` at a time through one
+    vmapped backward pass (``is_grads_batched``), in float32 at least: (n, d) read at
+    ``input_row``, or (n, n_in, d) when it is None."""
+    results = []
+    with torch.enable_grad():
+        for start in range(0, len(vectors), chunk):
+            batch = vectors[start : start + chunk]
+            seeds = torch.zeros(
+                len(batch), *outputs.shape, dtype=outputs.dtype, device=outputs.device
+            )
+            seeds[:, 0, output_row] = batch.to(seeds)
+            (gradients,) = torch.autograd.grad(
+                outputs, inputs, seeds, retain_graph=True, is_grads_batched=True
+            )
+            results.append(gradients[:, 0] if input_row is None else gradients[:, 0, input_row])
+    found = torch.cat(results)
+    return found.to(torch.promote_types(found.dtype, torch.float32))
 
 
 def randomized_factors(operator: Operator, k: int, seed: int = 0) -> Factors:

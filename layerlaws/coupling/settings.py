@@ -17,6 +17,9 @@ from layerlaws.core.settings import (
 )
 from layerlaws.coupling.miscoupling import METRICS, PAPER, UNNORMALISED
 
+TOKEN_LOCAL = "token_local"
+WHOLE_SEQUENCE = "whole_sequence"
+
 
 @dataclass(frozen=True)
 class CouplingSettings(StageSettings):
@@ -53,6 +56,12 @@ class CouplingSettings(StageSettings):
     (``matrix_free``) by a randomised block Krylov SVD of Jacobian–vector products, the
     coupling matrices from products too, no Jacobian formed
     (``layerlaws.coupling.operators``)."""
+    products: str = field(default=TOKEN_LOCAL, metadata=parsed(one_of(TOKEN_LOCAL, WHOLE_SEQUENCE)))
+    """How a Jacobian product (one VJP or JVP) is taken: ``token_local`` re-runs the block
+    for the output token alone, the other tokens' keys and values from a cache (exact; the
+    cost of one token's path, ``layerlaws.coupling.local``), wherever the family allows
+    and the re-run reproduces the block; ``whole_sequence`` differentiates the block's
+    output over the whole prompt (T tokens a product; the fallback, and the reference)."""
     svd_seed: int = field(default=0, metadata=parsed(integer))
     """Seed of the randomized SVDs' random projection (the same for every Jacobian)."""
     init_seed: int = field(default=0, metadata=parsed(integer))

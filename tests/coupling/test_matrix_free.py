@@ -54,7 +54,7 @@ def test_factors_match_the_svd_of_the_formed_jacobian(wide, tokens):
     The spectrum is flat (J_{6,6}: s_4/s_5 = 1.002), so the 4th direction is the hard
     one; seen: 3e-4 and 0.999 for J_{6,6}, 1e-7 and 1.0000 for J_{2,6}."""
     calls, streams = wide
-    operator = TokenJacobian(Linearisation(calls[1].branch, streams[1], 5), *tokens)
+    operator = TokenJacobian(Linearisation(calls[1].branch, streams[1], 5).at(tokens[1]), tokens[0])
     u, s, v = randomized_factors(operator, 4, seed=3)
     ref_u, ref_s, ref_vh = torch.linalg.svd(formed(calls[1], streams[1], *tokens))
     np.testing.assert_allclose(s.numpy(), ref_s[:4].numpy(), rtol=1e-3)
@@ -74,7 +74,7 @@ def test_coupling_matrices_are_exact(wide):
     jacobian = formed(calls[1], streams[1], 3, 6)
     others = [torch.linalg.svd(formed(calls[b], streams[b], t, t)) for b, t in ((0, 6), (1, 4))]
     factors = [(u[:, :5], s[:5], vh[:5].T) for u, s, vh in others]
-    operator = TokenJacobian(Linearisation(calls[1].branch, streams[1], 4), 3, 6)
+    operator = TokenJacobian(Linearisation(calls[1].branch, streams[1], 4).at(6), 3)
     for swapped in (False, True):
         found = coupling_stack(operator, factors, 5, swapped)
         for b, (u, _, v) in enumerate(factors):

@@ -2,8 +2,10 @@
 
 For a tiny random model of every family of the architecture table (three blocks) and one
 five-token prompt, the Jacobian the stage computes for the first, the middle and the last
-block (``trace_blocks`` and ``jacobian_rows``, the residual branch's J, plus the identity)
-is compared, for every (output token, input token) pair, with the Jacobian of the model's
+block (``trace_blocks`` and d VJPs per output token, through the whole sequence and
+through the block re-run for that token alone — ``coupling.products: token_local`` —
+the residual branch's J, plus the identity) is compared, for every (output token, input
+token) pair, with the Jacobian of the model's
 real step taken by ``torch.autograd`` through the whole forward pass
 (``tests/whole_model_jacobians.py``: the stream substituted at a pre-hook on block l,
 recorded entering block l + 1 or the head, after the final norm for the last block,
@@ -19,12 +21,17 @@ blocks (the token mixing of a state-space layer is 1e-5 of the identity) are che
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from conftest import llama_tokenizer
-from tiny_models import ENCODER_OPTIONS, FAMILIES, save_tiny_model
+from tiny_models import (
+    ALL_FAMILIES,
+    FLOAT32_FAMILIES,
+    HYBRID_FAMILIES,
+    ROUNDED_IN_FLOAT32,
+    WHOLE_SEQUENCE_FAMILIES,
+    tiny_family_model,
+)
 from whole_model_jacobians import (
     ENCODER_FAMILIES,
     pipeline_step_jacobian,
@@ -33,23 +40,11 @@ from whole_model_jacobians import (
     whole_model_step,
 )
 
-from layerlaws.models.loading import load_model
-
 pytestmark = pytest.mark.slow
 
-ALL_FAMILIES = (*FAMILIES, *ENCODER_OPTIONS)
-NUM_BLOCKS = 3
 BLOCKS = {"first": 0, "middle": 1, "last": 2}
 PROMPT = [1, 5, 9, 14, 3]
 """Token ids of the prompt (1 is the test tokenizer's BOS)."""
-FLOAT32_FAMILIES = {
-    "mixtral": "transformers' grouped-matmul experts take no float64",
-    "qwen2_moe": "transformers' grouped-matmul experts take no float64",
-    "qwen3_moe": "transformers' grouped-matmul experts take no float64",
-    "jamba": "transformers' grouped-matmul experts take no float64",
-    "xglm": "its attention mask fills with float64's minimum, which overflows a float",
-}
-"""Families measured in float32, and why not in float64."""
 BOUNDS = {torch.float64: 1e-12, torch.float32: 1e-5}
 """‖J_pipeline − J_reference‖_max / ‖J_reference‖_max, by dtype."""
 PAIR_BOUNDS = {torch.float64: 1e-9, torch.float32: 1e-3}
@@ -58,26 +53,6 @@ MIXING_FLOOR = 1e-6
 """Least share of the largest entry that the last token's dependence on the first (the
 first's on the last in an encoder) has in the reference: it is recomputed from the
 substituted stream, not read from a cache."""
-
-
-def family_sizes(family: str) -> dict:
-    """Sizes of a three-block tiny model (GPT-Neo lists one attention type per block)."""
-    sizes: dict = {"num_hidden_layers": NUM_BLOCKS}
-    if family == "gpt_neo":
-        sizes["attention_types"] = [[["global", "local", "global"], 1]]
-    return sizes
-
-
-def family_dtype(family: str) -> str:
-    """float64 where the family runs in it."""
-    return "float32" if family in FLOAT32_FAMILIES else "float64"
-
-
-def tiny_family_model(family: str, tokenizer, folder: Path):
-    """The tiny ``family`` model (seed 0) loaded as the coupling stage loads it (eager
-    attention, evaluation mode)."""
-    save_tiny_model(folder, family, tokenizer, **family_sizes(family))
-    return load_model(folder, family_dtype(family), "cpu", attention="eager")
 
 
 def pair_differences(jacobian: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -103,6 +78,11 @@ def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
     later = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)  # t1 > t2
     for name, block in BLOCKS.items():
         jacobian, streams = pipeline_step_jacobian(model, ids, block)
+        local, _ = pipeline_step_jacobian(model, ids, block, local=True)
+        falls_back = family in WHOLE_SEQUENCE_FAMILIES and (
+            family not in HYBRID_FAMILIES or block != 1
+        )
+        assert (local is None) == falls_back, f"{name} block: token-local {local is not None}"
         with torch.no_grad():
             reached = whole_model_step(model, ids, block)(streams[block])
         step_error = ((reached - streams[block + 1]).abs().max() / reached.abs().max()).item()
@@ -110,10 +90,17 @@ def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
 
         reference = reference_step_jacobian(model, ids, block, streams[block])
         assert reference.shape == (length, model.config.hidden_size) * 2
-        error = relative_difference(jacobian, reference)
-        assert error <= BOUNDS[dtype], f"{name} block: {error:.1e}"
-        pairs = pair_differences(jacobian, reference)
-        assert pairs.max().item() <= PAIR_BOUNDS[dtype], f"{name} block, pairs: {pairs}"
+        local_dtype = torch.float32 if family in ROUNDED_IN_FLOAT32 else dtype
+        for path, found, bounded in (
+            ("whole-sequence", jacobian, dtype),
+            ("token-local", local, local_dtype),
+        ):
+            if found is None:
+                continue
+            error = relative_difference(found, reference)
+            assert error <= BOUNDS[bounded], f"{name} block, {path}: {error:.1e}"
+            pairs = pair_differences(found, reference)
+            assert pairs.max().item() <= PAIR_BOUNDS[bounded], f"{name} block, {path}: {pairs}"
 
         pair_scale = reference.abs().amax(dim=(1, 3))
         mixing = pair_scale[0, -1] if family in ENCODER_FAMILIES else pair_scale[-1, 0]

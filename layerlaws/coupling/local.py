@@ -1,0 +1,274 @@
+"""Jacobian products of one block at their token-local floor (Aubry et al., §3.1).
+
+J_{t1 t2} = ∂f(X)_{t2} / ∂x_{t1} depends on the block's computation for output token t2
+alone: in a causal attention block, x_{t2}'s own path (norms, query, attention, MLP) and,
+for t1 < t2, the keys and values of the tokens before it. Differentiating the block's
+whole-sequence output makes every product pay for every token's MLP; here the block is
+re-run for token t2 alone, the keys and values of tokens 0..t2−1 handed to its attention
+through a stand-in for transformers' cache (``_KeyValueTap``), so autograd's graph holds
+exactly what a product needs:
+- ``context=False`` (the depth kind, and the ``self`` token kind, t1 = t2): the earlier
+  tokens' keys and values are constants, taken from one recorded whole-sequence call;
+  a product costs one token's pass through the block plus its attention over t2 + 1 keys;
+- ``context=True`` (the cross-token kinds, t1 < t2): the earlier tokens X_{<t2} are a
+  second input, run through the block once to make their keys and values with a graph;
+  a product pulled back to them passes only their key and value projections (autograd
+  visits only the nodes between the seeded output and the inputs asked for), and one
+  read at t2 itself is as cheap as without context.
+Both are exact: the same operations as the whole-sequence block, on the same numbers.
+
+A block is re-run this way only where that reproduces it. Its family must take a cache
+argument (``CACHE_ARGUMENTS``) that its attention ``update``s; its other arguments are
+cut to the token's rows (``_rows``: masks by rows and key columns, position tensors by
+their sequence dimension); and every re-run's output must equal the whole-sequence
+block's row to √ε of the dtype. State-space and recurrent blocks (Mamba, RWKV,
+RecurrentGemma, Jamba) and the bidirectional encoders (BERT, RoBERTa) fail one of these,
+and so does any family whose arguments are cut otherwise (Bloom's ALiBi bias runs over
+key columns only): they keep the whole-sequence products (``Linearisation``), logged once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from layerlaws.coupling.operators import batched_gradients, pullback_graph
+from layerlaws.models.blocks import BlockCall, first_output
+
+log = logging.getLogger(__name__)
+
+CACHE_ARGUMENTS = ("past_key_values", "layer_past", "past_key_value")
+"""Names under which transformers' blocks take their key/value cache."""
+_FALLBACK_LOGGED: set[str] = set()
+"""Families whose fallback to whole-sequence products has been logged."""
+
+
+class _KeyValueTap:
+    """Stands for transformers' cache in one block call: keeps the keys and values the
+    attention computes (``recorded``) and hands it back ``prefix``'s before them, along
+    the sequence dimension ``dim``; stores nothing between calls."""
+
+    def __init__(self, prefix: tuple[torch.Tensor, torch.Tensor] | None, dim: int) -> None:
+        self.prefix, self.dim = prefix, dim
+        self.recorded: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(
+        self, keys: torch.Tensor, values: torch.Tensor, *_args: Any, **_kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.recorded = (keys, values)
+        if self.prefix is None:
+            return keys, values
+        return (
+            torch.cat([self.prefix[0], keys], dim=self.dim),
+            torch.cat([self.prefix[1], values], dim=self.dim),
+        )
+
+    def get_seq_length(self, *_args: Any, **_kwargs: Any) -> int:
+        return 0 if self.prefix is None else self.prefix[0].shape[self.dim]
+
+
+def _rows(value: Any, length: int, rows: slice, keys_end: int) -> Any:
+    """A block argument made for a sequence of ``length`` tokens, cut to the query tokens
+    ``rows`` attending to keys 0..``keys_end``−1: a (…, T, T) mask by rows and key
+    columns, a (T,) tensor by rows, any other tensor along its first non-batch dimension
+    of size T; tuples and lists element-wise; anything else as it is."""
+    if isinstance(value, tuple | list):
+        return type(value)(_rows(item, length, rows, keys_end) for item in value)
+    if not isinstance(value, torch.Tensor) or value.ndim == 0:
+        return value
+    if value.ndim >= 2 and value.shape[-2:] == (length, length):
+        return value[..., rows, :keys_end]
+    dims = [dim for dim in range(min(value.ndim, 1), value.ndim) if value.shape[dim] == length]
+    if value.ndim == 1:
+        dims = [0] if value.shape[0] == length else []
+    if not dims:
+        return value
+    index: list[Any] = [slice(None)] * value.ndim
+    index[dims[0]] = rows
+    return value[tuple(index)]
+
+
+def _cache_argument(block: torch.nn.Module) -> str | None:
+    """The name of the block's key/value cache argument, or None."""
+    parameters = inspect.signature(block.forward).parameters
+    return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
+
+
+def _named_arguments(call: BlockCall, stream: torch.Tensor) -> dict[str, Any] | None:
+    """The block call's arguments by name, the stream included; None where the block
+    takes variadic positional arguments."""
+    signature = inspect.signature(call.block.forward)
+    try:
+        bound = signature.bind(stream, *call.args, **call.kwargs)
+    except TypeError:
+        return None
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            return None
+        named.update(value if kind is inspect.Parameter.VAR_KEYWORD else {name: value})
+    return named
+
+
+class TokenLocalBlock:
+    """One block's branch f at a stream X (T, d), re-run one output token at a time with
+    the other tokens' keys and values from a cache stand-in (module docstring). ``at``
+    gives the ``LocalLinearisation`` of an output token, or None where the block cannot
+    be re-run so (then the caller uses whole-sequence products)."""
+
+    def __init__(self, call: BlockCall, stream: torch.Tensor, chunk: int = 64) -> None:
+        self.call, self.stream, self.chunk = call, stream, chunk
+        self.length = stream.shape[0]
+        self.family = call.block.__class__.__name__
+        self.supported = self._prepare()
+
+    def _prepare(self) -> bool:
+        """Record the whole-sequence call's keys and values through the tap, and its
+        output; False where the block cannot be re-run locally (logged once per family)
+        or need not be (a one-token prompt)."""
+        self.cache = _cache_argument(self.call.block)
+        self.named = _named_arguments(self.call, self.stream[None])
+        if self.length < 2:
+            return False
+        if self.cache is None or self.named is None:
+            return self._fall_back("its block takes no key/value cache")
+        try:
+            with torch.no_grad():
+                self.reference = self._output(self.stream[None], slice(None), self.length, None)
+                whole = self.call.output(self.stream[None])
+        except Exception as error:  # a family's own cache calls, beyond update
+            return self._fall_back(f"its call with a key/value tap fails: {error!r}")
+        if self.tap.recorded is None or not _close(self.reference, whole):
+            return self._fall_back("its attention does not read a cache it is given")
+        keys = self.tap.recorded[0]
+        dims = [dim for dim in range(keys.ndim) if keys.shape[dim] == self.length]
+        if not dims:
+            return self._fall_back("its keys have no sequence dimension")
+        self.dim = keys.ndim - 2 if keys.ndim - 2 in dims else dims[0]
+        self.keys_values = tuple(tensor.detach() for tensor in self.tap.recorded)
+        return True
+
+    def _fall_back(self, why: str) -> bool:
+        """Log (once per family) that this block keeps whole-sequence products; False."""
+        if self.family not in _FALLBACK_LOGGED:
+            _FALLBACK_LOGGED.add(self.family)
+            log.info("%s: whole-sequence Jacobian products (%s)", self.family, why)
+        return False
+
+    def _output(
+        self,
+        inputs: torch.Tensor,
+        rows: slice,
+        keys_end: int,
+        prefix: tuple[torch.Tensor, torch.Tensor] | None,
+        dim: int = -2,
+    ) -> torch.Tensor:
+        """F(X)_rows: the block (and final norm where it includes it) on ``inputs`` (1, n,
+        d), the tokens ``rows`` of the stream, after ``prefix``'s keys and values; the
+        tap it used is left in ``self.tap``."""
+        self.tap = _KeyValueTap(prefix, dim)
+        named = {
+            name: _rows(value, self.length, rows, keys_end) for name, value in self.named.items()
+        }
+        stream_name = next(iter(self.named))
+        named[stream_name], named[self.cache] = inputs, self.tap
+        output = first_output(self.call.block(**named))
+        return output if self.call.final_norm is None else self.call.final_norm(output)
+
+    def at(self, output_token: int, context: bool) -> LocalLinearisation | None:
+        """f(X)_t for t = ``output_token`` as a function of x_t (and of X_{<t} when
+        ``context``), or None where the re-run does not reproduce the block."""
+        if not self.supported:
+            return None
+        token = output_token
+        earlier, prefix = None, None
+        if token > 0:
+            prefix = tuple(tensor.narrow(self.dim, 0, token) for tensor in self.keys_values)
+        try:
+            with torch.enable_grad():
+                query = self.stream[token][None, None].detach().clone().requires_grad_(True)
+                if context and token > 0:
+                    earlier = self.stream[None, :token].detach().clone().requires_grad_(True)
+                    self._output(earlier, slice(0, token), token, None, self.dim)
+                    prefix = self.tap.recorded
+                output = self._output(query, slice(token, token + 1), token + 1, prefix, self.dim)
+        except Exception as error:  # a family whose block arguments are cut otherwise
+            self.supported = self._fall_back(f"its re-run of token {token} fails: {error!r}")
+            return None
+        if not _close(output, self.reference[:, token : token + 1]):
+            self.supported = self._fall_back(f"its re-run of token {token} differs")
+            return None
+        branch = output - query.to(output.device)
+        return LocalLinearisation(branch, token, query, earlier, self.chunk)
+
+
+def _close(found: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether ``found`` equals ``expected`` to √ε of their dtype, relative to the
+    largest entry of ``expected``."""
+    tolerance = torch.finfo(expected.dtype).eps ** 0.5
+    scale = expected.abs().max().clamp_min(torch.finfo(expected.dtype).tiny)
+    return bool(((found - expected).abs().max() <= tolerance * scale).item())
+
+
+class LocalLinearisation:
+    """f(X)_t (1, 1, d), t = ``token``, of one block linearised at the token-local graph
+    ``TokenLocalBlock`` builds, whose inputs are ``query`` x_t (1, 1, d) and, with
+    context, ``earlier`` X_{<t} (1, t, d). Products with J_{t1 t} pull back to ``query``
+    alone for t1 = t, to ``earlier`` (read at row t1) for t1 < t."""
+
+    def __init__(
+        self,
+        outputs: torch.Tensor,
+        token: int,
+        query: torch.Tensor,
+        earlier: torch.Tensor | None,
+        chunk: int,
+    ) -> None:
+        self.outputs, self.token, self.chunk = outputs, token, chunk
+        self.query, self.earlier = query, earlier
+        self.width, self.device = outputs.shape[-1], outputs.device
+        self._pullbacks: dict[int, tuple[torch.Tensor, ...]] = {}
+
+    def _input(self, input_token: int) -> tuple[torch.Tensor, int]:
+        """The graph input that holds ``input_token``, and its row there."""
+        if input_token == self.token:
+            return self.query, 0
+        if self.earlier is None or not 0 <= input_token < self.token:
+            raise ValueError(f"no input token {input_token} in the graph of token {self.token}")
+        return self.earlier, input_token
+
+    def pull(self, input_token: int, cotangents: torch.Tensor) -> torch.Tensor:
+        """Jᵀ u for each cotangent u (n, d) at the output token: (n, d), read at
+        ``input_token``."""
+        inputs, row = self._input(input_token)
+        return batched_gradients(self.outputs, inputs, 0, row, cotangents, self.chunk)
+
+    def push(self, input_token: int, tangents: torch.Tensor) -> torch.Tensor:
+        """J v for each tangent v (n, d) at ``input_token``: (n, d) at the output token,
+        by double backward (``layerlaws.coupling.operators``)."""
+        inputs, row = self._input(input_token)
+        if id(inputs) not in self._pullbacks:
+            self._pullbacks[id(inputs)] = pullback_graph(self.outputs, inputs)
+        pullback, cotangent = self._pullbacks[id(inputs)]
+        return batched_gradients(pullback, cotangent, row, 0, tangents, self.chunk)
+
+    def rows(self, input_tokens: Sequence[int]) -> torch.Tensor:
+        """J_{t1 t} formed for each t1 of ``input_tokens``: (n, d, d), [k, i, j] =
+        ∂f(X)_{t, i} / ∂x_{t1, j}, from d VJPs per graph input needed."""
+        width = self.outputs.shape[-1]
+        identity = torch.eye(width, dtype=self.outputs.dtype, device=self.outputs.device)
+        pulled: dict[int, torch.Tensor] = {}
+        formed = []
+        for token in input_tokens:
+            inputs, row = self._input(token)
+            if id(inputs) not in pulled:
+                pulled[id(inputs)] = batched_gradients(
+                    self.outputs, inputs, 0, None, identity, self.chunk
+                )
+            formed.append(pulled[id(inputs)][:, row])
+        return torch.stack(formed)

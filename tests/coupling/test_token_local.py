@@ -1,0 +1,94 @@
+"""Token-local Jacobian products (``coupling.products: token_local``) measure what the
+whole-sequence ones measure: every table and coupling matrix of a prompt, for a tiny
+random model of every family of the architecture table, equal within 1e-10 (relative to
+each table's largest value) in float64 — the families that fall back to whole-sequence
+products included (there trivially), MPT, whose softmax rounds to float32, within 1e-5.
+The families that run only in float32 are left to ``tests/models/test_block_jacobians.py``,
+which checks every family's Jacobians, both paths, against the whole model's autograd:
+m̃ of a tiny random model's flat spectrum moves by up to 3e-3 under float32 rounding of
+its Jacobians, so their tables could not tell a wrong product from rounding. And the
+matrix-free path (JVPs as well as VJPs) on a Llama wide enough for the randomised SVD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
+from layerlaws.coupling.miscoupling import METRICS
+from layerlaws.coupling.settings import TOKEN_LOCAL, WHOLE_SEQUENCE, CouplingSettings
+from layerlaws.models.loading import load_model
+from tests.conftest import llama_tokenizer
+from tests.tiny_models import (
+    ALL_FAMILIES,
+    FLOAT32_FAMILIES,
+    ROUNDED_IN_FLOAT32,
+    save_tiny_model,
+    tiny_family_model,
+)
+
+pytestmark = pytest.mark.slow
+
+PROMPT = [1, 5, 9, 14, 3]
+TOKEN_COUPLING = TokenCoupling(((2, 2), (1, 3)), fixed_input_token=1, fixed_output_token=3)
+"""Token kinds at two layer pairs, with the context kinds' fixed tokens inside the
+prompt, so that both kinds of token-local graph (with and without the earlier tokens)
+are built."""
+FLOAT64_FAMILIES = [family for family in ALL_FAMILIES if family not in FLOAT32_FAMILIES]
+
+
+def measured(model, ids: torch.Tensor, products: str, svd: str = "full") -> PromptMeasurement:
+    settings = CouplingSettings(ks=(2, 4), metrics=METRICS, svd=svd, products=products)
+    return measure_prompt(
+        model, ids, token_coupling=TOKEN_COUPLING, settings=settings, vjp_chunk=16
+    )
+
+
+def assert_same_measurement(found: PromptMeasurement, expected: PromptMeasurement, rtol: float):
+    """Every miscoupling, singular value and coupling matrix of ``found`` equals
+    ``expected``'s within ``rtol`` of each one's largest value; none empty or NaN."""
+    for table, column in (
+        ("depth", "miscoupling"),
+        ("tokens", "miscoupling"),
+        ("singular_values", "singular_value"),
+    ):
+        values = np.array([row[column] for row in getattr(found, table)])
+        reference = np.array([row[column] for row in getattr(expected, table)])
+        assert reference.size > 0 and np.isfinite(reference).all(), table
+        scale = np.abs(reference).max()
+        np.testing.assert_allclose(values, reference, rtol=0, atol=rtol * scale, err_msg=table)
+    for name in ("depth_couplings", "token_couplings"):
+        reference = getattr(expected, name)
+        assert reference.size > 0 and np.isfinite(reference).all(), name
+        np.testing.assert_allclose(
+            getattr(found, name), reference, rtol=0, atol=rtol * np.abs(reference).max()
+        )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(texts):
+    return llama_tokenizer(texts)
+
+
+@pytest.mark.parametrize("family", FLOAT64_FAMILIES)
+def test_token_local_products_measure_what_whole_sequence_ones_do(family, tokenizer, tmp_path):
+    model = tiny_family_model(family, tokenizer, tmp_path)
+    ids = torch.tensor([PROMPT])
+    assert_same_measurement(
+        measured(model, ids, TOKEN_LOCAL),
+        measured(model, ids, WHOLE_SEQUENCE),
+        rtol=1e-5 if family in ROUNDED_IN_FLOAT32 else 1e-10,
+    )
+
+
+def test_matrix_free_token_local_products_measure_what_whole_sequence_ones_do(tmp_path, tokenizer):
+    """d = 160, K = 4: factors from the Krylov sketch (VJPs and JVPs, 140 products)."""
+    folder = save_tiny_model(tmp_path, "llama", tokenizer, hidden_size=160, num_hidden_layers=3)
+    model = load_model(folder, "float64", "cpu", attention="eager")
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7, 22]])
+    assert_same_measurement(
+        measured(model, ids, TOKEN_LOCAL, "matrix_free"),
+        measured(model, ids, WHOLE_SEQUENCE, "matrix_free"),
+        rtol=1e-10,
+    )
