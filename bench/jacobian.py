@@ -19,6 +19,21 @@ products cost what the real model's do) on random token ids as many as the promp
 both paths are timed on ``SAMPLED`` blocks and scaled to 28 (the matrix-free one with
 the 28·K coupling columns every block needs), and m̃ is compared among those blocks.
 
+Last, whole-sequence against token-local Jacobian products (``coupling.products``,
+layerlaws.coupling.local), each line ``coupling_speedup=<whole-sequence seconds /
+token-local seconds per prompt> T=<tokens> d=<width> product_vs_token_floor=<seconds per
+token-local product / seconds per product of a batched VJP through the same block run on
+the prompt's last token alone>``: on the model above and the paper's prompt, the whole
+measurement of the prompt (``measure_prompt``, default settings) timed both ways; on the
+d = 1536 Qwen2 with a 32-token prompt of random ids (``svd: auto`` takes the formed path
+at K = 50), where the whole-sequence path would take half an hour, the real code path is
+timed on samples and scaled by their counts: the last token's Jacobian of ``SAMPLED``
+blocks (× 28), the token Jacobians of the middle block at output tokens T/4, T/2, 3T/4
+(× T − 1: the self and fixed-input kinds) and at the last token (once: every input, the
+fixed-output kind), each with its SVDs (the coupling matrices and metrics, a few percent
+of either path, are left out). The floor's product is the depth Jacobian's of the middle
+(sampled) block.
+
 Usage: .venv/bin/python bench/jacobian.py [model folder] [vjp_chunk]
 """
 
@@ -30,7 +45,9 @@ import time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from layerlaws.coupling.costs import TOKEN_LOCAL, WHOLE_SEQUENCE
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
+from layerlaws.coupling.measurement import TokenCoupling, block_jacobians, measure_prompt
 from layerlaws.coupling.miscoupling import metric_matrices
 from layerlaws.coupling.operators import (
     DenseJacobian,
@@ -39,6 +56,7 @@ from layerlaws.coupling.operators import (
     coupling_stack,
     randomized_factors,
 )
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model, load_tokenizer
 
@@ -120,6 +138,86 @@ def main() -> None:
     depth_comparison(
         [calls[b] for b in sampled], [streams[b] for b in sampled], vjp_chunk, len(calls)
     )
+    prompt_comparison(model, ids, vjp_chunk)
+    long_ids = torch.randint(0, 1000, (1, 32), generator=torch.Generator().manual_seed(1))
+    sampled_comparison(qwen, long_ids, vjp_chunk)
+
+
+def floor_seconds(model, ids: torch.Tensor, block: int, vjp_chunk: int) -> float:
+    """Seconds per product of d batched VJPs through block ``block`` run on the prompt's
+    last token alone (a one-token sequence)."""
+    calls, streams = trace_blocks(model, ids[:, -1:])
+    width = streams.shape[2]
+    _, seconds = best_of(
+        lambda: jacobian_rows(calls[block].branch, streams[block], 0, [0], vjp_chunk * 32), 2
+    )
+    return seconds / width
+
+
+def local_product_seconds(model, ids: torch.Tensor, block: int, vjp_chunk: int) -> float:
+    """Seconds per token-local product: the last token's Jacobian of block ``block``
+    formed by d VJPs, divided by d."""
+    calls, streams = trace_blocks(model, ids)
+    last, width = ids.shape[1] - 1, streams.shape[2]
+    jacobians = block_jacobians(calls[block], streams[block], TOKEN_LOCAL, vjp_chunk)
+    _, seconds = best_of(lambda: jacobians.between(last, [last])[0].matrix, 2)
+    return seconds / width
+
+
+def report(whole_s: float, local_s: float, model, ids: torch.Tensor, block: int, chunk: int):
+    """The two lines of a comparison."""
+    length, width = ids.shape[1], model.config.hidden_size
+    floor = local_product_seconds(model, ids, block, chunk) / floor_seconds(
+        model, ids, block, chunk
+    )
+    print(
+        f"T = {length}, d = {width}: whole-sequence products {whole_s:8.1f} s per prompt   "
+        f"token-local {local_s:8.1f} s"
+    )
+    print(
+        f"coupling_speedup={whole_s / local_s:.2f} T={length} d={width} "
+        f"product_vs_token_floor={floor:.2f}"
+    )
+
+
+def prompt_comparison(model, ids: torch.Tensor, vjp_chunk: int) -> None:
+    """The whole measurement of the prompt ``ids``, both ways."""
+    seconds = {}
+    for products in (WHOLE_SEQUENCE, TOKEN_LOCAL):
+        settings = CouplingSettings(products=products)
+        coupling = TokenCoupling.of(settings, model.config.num_hidden_layers)
+        _, seconds[products] = best_of(
+            lambda s=settings, c=coupling: measure_prompt(
+                model, ids, token_coupling=c, settings=s, vjp_chunk=vjp_chunk
+            ),
+            1,
+        )
+    middle = model.config.num_hidden_layers // 2
+    report(seconds[WHOLE_SEQUENCE], seconds[TOKEN_LOCAL], model, ids, middle, vjp_chunk)
+
+
+def sampled_comparison(model, ids: torch.Tensor, vjp_chunk: int) -> None:
+    """Both ways on samples of the measurement of ``ids``, scaled (module docstring)."""
+    calls, streams = trace_blocks(model, ids)
+    length, layers = ids.shape[1], len(calls)
+    last, middle = length - 1, layers // 2
+    blocks = [round(i * (layers - 1) / (SAMPLED - 1)) for i in range(SAMPLED)]
+    outputs = [length // 4, length // 2, 3 * length // 4]
+    seconds = {}
+    for products in (WHOLE_SEQUENCE, TOKEN_LOCAL):
+
+        def factored(block: int, output: int, inputs: list[int], p: str = products) -> float:
+            started = time.perf_counter()
+            jacobians = block_jacobians(calls[block], streams[block], p, vjp_chunk)
+            for jacobian in jacobians.between(output, inputs):
+                top_singular(jacobian.matrix, K)
+            return time.perf_counter() - started
+
+        depth = sum(factored(block, last, [last]) for block in blocks) * layers / len(blocks)
+        tokens = sum(factored(middle, t, [0, t]) for t in outputs) * (length - 1) / len(outputs)
+        seconds[products] = depth + tokens + factored(middle, last, list(range(length)))
+        print(f"{products}: {seconds[products]:.1f} s per prompt (scaled)", flush=True)
+    report(seconds[WHOLE_SEQUENCE], seconds[TOKEN_LOCAL], model, ids, middle, vjp_chunk)
 
 
 def depth_comparison(calls, streams, vjp_chunk: int, num_layers: int) -> None:
@@ -138,7 +236,7 @@ def depth_comparison(calls, streams, vjp_chunk: int, num_layers: int) -> None:
     full_s = (time.perf_counter() - started) * scale
     started = time.perf_counter()
     operators = [
-        TokenJacobian(Linearisation(c.branch, x, vjp_chunk), last, last)
+        TokenJacobian(Linearisation(c.branch, x, vjp_chunk).at(last), last)
         for c, x in zip(calls, streams, strict=True)
     ]
     free_factors = [randomized_factors(j, DEPTH_K) for j in operators]

@@ -67,6 +67,14 @@ POOL_KEYS = alternatives(config["signatures"]["pools"])
 TASK_KEYS = "|".join(ADDITION_TASKS)
 
 
+def given_gpus():
+    """The GPUs of ``--resources gpu=N`` (1 when none is given), for ``snakemake estimate``'s
+    wall time."""
+    given = workflow.resource_settings.resources
+    value = given.get("gpu") if hasattr(given, "get") else None
+    return int(getattr(value, "value", value) or 1)
+
+
 def needs(job):
     """The resource functions of the model-running rules, from a JobPlanner method
     ``job``: GPUs, host memory, disk and runtime from the prepared model's size and the

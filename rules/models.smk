@@ -27,5 +27,6 @@ rule estimate:
     localrule: True
     params:
         partitions=rule_partitions,
+        gpus=given_gpus(),
     script:
         "../scripts/estimate.py"

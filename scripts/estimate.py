@@ -1,9 +1,10 @@
 """Snakemake entry point (`snakemake estimate`): what every model-running job of the config
 will need, printed before anything runs, and every job planned to run longer than its
-partition allows (``execution.partition_runtime_limits``)."""
+partition allows (``execution.partition_runtime_limits``); last, the GPU-hours of the
+plan and its wall time on the ``--resources gpu=N`` given (1 when none)."""
 
 from layerlaws.core.logs import run_logged
-from layerlaws.pipeline.planning import JobPlanner, plan_table, runtime_overruns
+from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, plan_table, runtime_overruns
 
 
 def main() -> None:
@@ -12,6 +13,7 @@ def main() -> None:
     print(plan_table(rows), flush=True)
     for line in runtime_overruns(rows, snakemake.params.partitions, planner.execution):
         print(line, flush=True)
+    print(gpu_hours_line(rows, snakemake.params.gpus), flush=True)
 
 
 run_logged(main, snakemake.log[0])

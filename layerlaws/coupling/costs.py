@@ -1,19 +1,35 @@
-"""What the matrix-free coupling (``coupling.svd: matrix_free``) costs, in Jacobian–vector
-products, from the config alone (no torch: the workflow plans jobs with it).
+"""What the coupling measurement of one prompt costs, from the config alone (no torch: the
+workflow plans jobs with it, and ``coupling.svd: auto`` chooses its path with it).
 
-A product (one VJP or JVP, ``layerlaws.coupling.operators``) costs about one backward pass
-of one block over the prompt's T tokens. The randomised SVD's settings are here so that
-the plan counts what the measurement does.
+The unit is a **block-token**: one token's backward pass through one block. A Jacobian
+product (one VJP or JVP, ``layerlaws.coupling.operators``) costs
+- T block-tokens through the whole sequence (``coupling.products: whole_sequence``, and the
+  families that fall back to it);
+- 1 block-token token-locally (``layerlaws.coupling.local``) for the depth kind and the
+  ``self`` token kind, plus ``KEY_VALUE_SHARE`` per earlier token for a product pulled to
+  the earlier tokens (the context kinds), through their key and value projections.
+A formed Jacobian (``svd`` full or randomized) is d VJPs; its SVD is not counted. The
+randomised SVD's settings are here so that the plan counts what the measurement does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 OVERSAMPLING = 10
 """Columns beyond K of the randomised SVD's sketch (Halko et al.'s p)."""
 POWER_STEPS = 4
 """Block Krylov steps of the randomised SVD (Halko et al.'s q)."""
+KEY_VALUE_SHARE = 1 / 16
+"""A context product's extra cost per earlier token, as a share of one token's pass
+through the block: the key and value projections, 2·d·d_kv of a block's multiply-adds
+per token (SmolLM2-135M: 0.06; Qwen2.5-1.5B: 0.02)."""
+AUTO = "auto"
+FORMED = "full"
+MATRIX_FREE = "matrix_free"
+TOKEN_LOCAL = "token_local"
+WHOLE_SEQUENCE = "whole_sequence"
 
 
 def sketch_products(k: int) -> int:
@@ -34,28 +50,52 @@ def coupling_products(count: int, k: int, swapped: bool) -> int:
     return count * k * (2 if swapped else 1)
 
 
-def prompt_products(
-    num_layers: int,
-    width: int,
-    length: int,
-    k: int,
-    metrics: Sequence[str],
-    layer_pairs: Sequence[tuple[int, int]],
-) -> int:
-    """Products the matrix-free measurement of one prompt of ``length`` tokens makes: the
-    depth measurement (every block's last-token Jacobian: factors and coupling with every
-    block) and, at each token layer pair (l, l′), the three token-wise kinds (T, ≤ T and ≤
-    T Jacobians, counted as T: factors of layer l′'s, of layer l's too when l ≠ l′ and a
-    ``released_*`` metric needs their own values, and every coupling matrix, twice for the
-    ``*_swapped`` metrics); K = ``k`` is the largest."""
-    swapped = any(metric.endswith("_swapped") for metric in metrics)
-    own_values = any(metric.startswith("released_") for metric in metrics)
-    depth = num_layers * (factor_products(k, width) + coupling_products(num_layers, k, swapped))
-    tokens = 0
-    for layer_a, layer_b in layer_pairs:
-        factored = 2 if layer_a != layer_b and own_values else 1
-        per_kind = length * (
-            factored * factor_products(k, width) + coupling_products(length, k, swapped)
-        )
-        tokens += 3 * per_kind
-    return depth + tokens
+@dataclass(frozen=True)
+class PromptShape:
+    """What the cost of one prompt's measurement depends on."""
+
+    num_layers: int
+    width: int
+    length: int
+    """T, the prompt's tokens."""
+    k: int
+    """The largest K."""
+    metrics: Sequence[str]
+    layer_pairs: Sequence[tuple[int, int]]
+    """The token layer pairs (l, l′)."""
+
+    def cost(self, svd: str, token_local: bool) -> float:
+        """Block-tokens of the measurement under ``svd`` (``matrix_free``, or a formed
+        path) with token-local or whole-sequence products. The context kinds are counted
+        as at their defaults (t1 = 0, t2 = T − 1): every output token after the first
+        has a context graph."""
+        length, width, k = self.length, self.width, self.k
+        local = 1.0 if token_local else float(length)
+        tokens = range(length)
+
+        def context(token: int) -> float:
+            """A product pulled to token ``token``'s earlier tokens."""
+            return 1 + KEY_VALUE_SHARE * token if token_local else float(length)
+
+        if svd != MATRIX_FREE:
+            depth = self.num_layers * width * local
+            per_layer = sum(width * local + (width * context(t) if t else 0) for t in tokens)
+            return depth + len({layer for pair in self.layer_pairs for layer in pair}) * per_layer
+        swapped = any(metric.endswith("_swapped") for metric in self.metrics)
+        own_values = any(metric.startswith("released_") for metric in self.metrics)
+        factors, couplings = factor_products(k, width), coupling_products(1, k, swapped)
+        depth = self.num_layers * local * (factors + self.num_layers * couplings)
+        total = depth
+        for layer_a, layer_b in self.layer_pairs:
+            factored = 2 if layer_a != layer_b and own_values else 1
+            per_jacobian = factored * factors + length * couplings
+            total += per_jacobian * local * length  # self: J_tt
+            total += sum(per_jacobian * context(t) for t in tokens)  # fixed_input: J_{0,t}
+            total += sum(per_jacobian * context(length - 1) for _ in tokens)  # fixed_output
+        return total
+
+    def cheaper_svd(self, token_local: bool) -> str:
+        """``matrix_free`` or ``full``, whichever costs fewer block-tokens
+        (``coupling.svd: auto``)."""
+        free = self.cost(MATRIX_FREE, token_local)
+        return MATRIX_FREE if free < self.cost(FORMED, token_local) else FORMED

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ import torch
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
+from layerlaws.coupling.costs import AUTO, MATRIX_FREE, TOKEN_LOCAL, PromptShape
 from layerlaws.coupling.jacobians import top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
 from layerlaws.coupling.local import TokenLocalBlock
@@ -63,7 +64,7 @@ from layerlaws.coupling.operators import (
     coupling_stack,
     randomized_factors,
 )
-from layerlaws.coupling.settings import TOKEN_LOCAL, CouplingSettings
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
     expodistance,
@@ -77,7 +78,6 @@ from layerlaws.models.heads import lens_entropy_and_loss
 log = logging.getLogger(__name__)
 
 TOKEN_KINDS = ("self", "fixed_output", "fixed_input")
-MATRIX_FREE = "matrix_free"
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class PromptMeasurement:
     singular vectors of J^{l′}_{t′t′}, (T, T, K, K) float32."""
 
 
-class _BlockJacobians:
+class BlockJacobians:
     """The Jacobians J_{t1 t2} of one block at its stream (T, d), as operators: formed by
     d VJPs (``svd`` full or randomized) or matrix-free, each output token's products
     through the block re-run for that token alone where its family allows
@@ -147,7 +147,9 @@ class _BlockJacobians:
         self.matrix_free = settings.svd == MATRIX_FREE
         self.whole = Linearisation(call.branch, stream, vjp_chunk)
         self.local = (
-            TokenLocalBlock(call, stream, vjp_chunk) if settings.products == TOKEN_LOCAL else None
+            TokenLocalBlock(call, stream, vjp_chunk * stream.shape[0])
+            if settings.products == TOKEN_LOCAL
+            else None
         )
 
     def between(self, output: int, inputs: Sequence[int]) -> list[Operator]:
@@ -158,6 +160,14 @@ class _BlockJacobians:
         if self.matrix_free:
             return [TokenJacobian(products, t1) for t1 in inputs]
         return [DenseJacobian(matrix) for matrix in products.rows(list(inputs))]
+
+
+def block_jacobians(
+    call: BlockCall, stream: torch.Tensor, products: str, vjp_chunk: int, svd: str = "full"
+) -> BlockJacobians:
+    """The Jacobians of one block at its stream (T, d), formed (``svd`` full or
+    randomized) or matrix-free, by ``products`` (``token_local`` or ``whole_sequence``)."""
+    return BlockJacobians(call, stream, CouplingSettings(svd=svd, products=products), vjp_chunk)
 
 
 def _factors(operator: Operator, k: int, svd: str, seed: int) -> Factors:
@@ -178,7 +188,7 @@ def _couplings(
 
 
 def _token_jacobians(
-    jacobians: _BlockJacobians, length: int, fixed_input: int, fixed_output: int
+    jacobians: BlockJacobians, length: int, fixed_input: int, fixed_output: int
 ) -> dict[str, list[tuple[int, Operator]]]:
     """Per kind, (varying token, Jacobian (d, d)) of one block: J_{tt} for every t, J_{t,
     fixed_output} for t ≤ fixed_output, J_{fixed_input, t} for t ≥ fixed_input."""
@@ -203,21 +213,33 @@ def measure_prompt(
     token_coupling: TokenCoupling,
     settings: CouplingSettings,
     vjp_chunk: int = 64,
+    svd_length: int | None = None,
 ) -> PromptMeasurement:
     """Measure one prompt ``input_ids`` (1, T) as ``settings`` say (its ``ks``,
-    ``metrics``, ``svd``, ``svd_seed``, ``lss_window`` and ``final_norm``;
+    ``metrics``, ``svd``, ``products``, ``svd_seed``, ``lss_window`` and ``final_norm``;
     ``token_coupling`` resolves its token layers), with ``vjp_chunk`` output rows per
-    batched VJP. Layers are numbered 1..L (block l maps
-    x^{l-1} to x^l); tokens 0..T−1."""
-    ks, svd = settings.ks, settings.svd
+    batched VJP; ``svd: auto`` chooses its path for prompts of ``svd_length`` tokens
+    (this one's by default). Layers are numbered 1..L (block l maps x^{l-1} to x^l);
+    tokens 0..T−1."""
     calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
     n_layers, length = len(calls), streams.shape[1]
+    if settings.svd == AUTO:
+        shape = PromptShape(
+            n_layers,
+            streams.shape[2],
+            svd_length or length,
+            max(settings.ks),
+            settings.metrics,
+            token_coupling.layer_pairs,
+        )
+        settings = replace(settings, svd=shape.cheaper_svd(settings.products == TOKEN_LOCAL))
+    ks, svd = settings.ks, settings.svd
     last, k_max, k_kept = length - 1, max(ks), min(ks)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
 
     seed, swapped = settings.svd_seed, needs_swapped(settings.metrics)
     depth = [
-        _BlockJacobians(call, stream, settings, vjp_chunk).between(last, [last])[0]
+        BlockJacobians(call, stream, settings, vjp_chunk).between(last, [last])[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
     depth_factors = [_factors(j, k_max, svd, seed) for j in depth]
@@ -251,7 +273,7 @@ def measure_prompt(
     needs_values = bool(set(settings.metrics) - OWN_VALUES_FREE)
     jacobians = {
         layer: _token_jacobians(
-            _BlockJacobians(calls[layer - 1], streams[layer - 1], settings, vjp_chunk),
+            BlockJacobians(calls[layer - 1], streams[layer - 1], settings, vjp_chunk),
             length,
             fixed_input,
             fixed_output,
@@ -383,6 +405,7 @@ def measure_prompt_set(
                 token_coupling=token_coupling,
                 settings=settings,
                 vjp_chunk=vjp_chunk,
+                svd_length=max(len(prompt) for prompt in prompts),
             )
         )
         log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))

@@ -15,10 +15,8 @@ from layerlaws.core.settings import (
     parsed,
     sequence_of,
 )
+from layerlaws.coupling.costs import AUTO, TOKEN_LOCAL, WHOLE_SEQUENCE
 from layerlaws.coupling.miscoupling import METRICS, PAPER, UNNORMALISED
-
-TOKEN_LOCAL = "token_local"
-WHOLE_SEQUENCE = "whole_sequence"
 
 
 @dataclass(frozen=True)
@@ -51,11 +49,14 @@ class CouplingSettings(StageSettings):
     """Coupling metrics measured (``layerlaws.coupling.miscoupling``): ``paper`` is Aubry et
     al.'s m̃ (Eq. 14), ``unnormalised`` their m (Eq. 13), the ``released_*`` ones their
     released code's."""
-    svd: str = field(default="full", metadata=parsed(one_of("full", "randomized", "matrix_free")))
+    svd: str = field(
+        default=AUTO, metadata=parsed(one_of(AUTO, "full", "randomized", "matrix_free"))
+    )
     """The top singular vectors by a full or a randomized SVD of each formed Jacobian, or
     (``matrix_free``) by a randomised block Krylov SVD of Jacobian–vector products, the
     coupling matrices from products too, no Jacobian formed
-    (``layerlaws.coupling.operators``)."""
+    (``layerlaws.coupling.operators``); ``auto``: full or matrix_free per model and
+    prompt set, whichever costs fewer products (``layerlaws.coupling.costs``)."""
     products: str = field(default=TOKEN_LOCAL, metadata=parsed(one_of(TOKEN_LOCAL, WHOLE_SEQUENCE)))
     """How a Jacobian product (one VJP or JVP) is taken: ``token_local`` re-runs the block
     for the output token alone, the other tokens' keys and values from a cache (exact; the

@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.coupling.costs import prompt_products
+from layerlaws.coupling.costs import AUTO, MATRIX_FREE, TOKEN_LOCAL, PromptShape
 from layerlaws.coupling.layers import layer_pairs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.forward.kept_states import storage_dtype
@@ -156,29 +156,33 @@ class JobPlanner:
 
     def _coupling(self, model: str, size: ModelSize, prompts: str) -> Needs:
         """Two copies of the model (trained and random) and the Jacobians of one prompt:
-        the last token's of every layer and three per token at each token layer."""
+        the last token's of every layer and three per token at each token layer, in
+        block-tokens (``layerlaws.coupling.costs``; a family that falls back to
+        whole-sequence products is planned as token-local, T times less)."""
         prompt_set = self.config["coupling"]["prompts"][prompts]
         length = prompt_set["max_tokens"]
         count = prompt_count(prompt_set)
         dtype = self._model(model)["dtype"]
-        pairs = layer_pairs(self.config["coupling"]["token_layers"], size.num_layers)
-        layers = len({layer for pair in pairs for layer in pair})
-        jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size**2 * 4
-        # A Jacobian costs about hidden_size backward passes: count it as that many tokens.
-        passes = size.hidden_size
         coupling = self.config["coupling"]
-        if coupling["svd"] == "matrix_free":
-            # Products, each one block's backward over the prompt; factors, not Jacobians, held.
-            k_max = max(coupling["ks"])
-            products = prompt_products(
-                size.num_layers, size.hidden_size, length, k_max, coupling["metrics"], pairs
-            )
-            passes = -(-products // size.num_layers)
-            jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * k_max * 8
+        pairs = layer_pairs(coupling["token_layers"], size.num_layers)
+        layers = len({layer for pair in pairs for layer in pair})
+        shape = PromptShape(
+            size.num_layers,
+            size.hidden_size,
+            length,
+            max(coupling["ks"]),
+            coupling["metrics"],
+            pairs,
+        )
+        token_local = coupling["products"] == TOKEN_LOCAL
+        svd = coupling["svd"] if coupling["svd"] != AUTO else shape.cheaper_svd(token_local)
+        held = size.hidden_size if svd != MATRIX_FREE else max(coupling["ks"]) * 2
+        jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4
         return model_pass_needs(
             size=size,
             dtype=dtype,
-            n_tokens=count * length * passes,
+            # A block-token is 1/L of a token through the model.
+            n_tokens=count * -(-int(shape.cost(svd, token_local)) // size.num_layers),
             batch_tokens=length,
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
@@ -379,6 +383,29 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
         + ", ".join(sorted({f"{row['model']}: {row['sized_by']}" for row in rows}))
     )
     return "\n".join(lines)
+
+
+def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:
+    """``gpu_hours=<all jobs> coupling_gpu_hours=<measure_coupling's> wall_hours_on=<N>:<h>``:
+    GPU-hours are each job's GPUs × its planned runtime (a job on the CPU counts its
+    runtime, as one device); the wall time on ``gpus`` GPUs schedules the jobs longest
+    first, each on the devices that free earliest (a job wanting more than ``gpus`` on
+    all of them), ignoring the jobs' order in the workflow (trainings before their
+    passes): a lower bound where that order binds."""
+    free = [0.0] * max(1, gpus)
+    total = coupling = 0.0
+    for row in sorted(rows, key=lambda row: -row["runtime"]):
+        hours = row["runtime"] / 60
+        total += max(1, row["gpu"]) * hours
+        coupling += max(1, row["gpu"]) * hours if row["job"] == "measure_coupling" else 0.0
+        devices = min(max(1, row["gpu"]), len(free))
+        free.sort()
+        start = free[devices - 1]
+        free[:devices] = [start + hours] * devices
+    return (
+        f"gpu_hours={total:,.1f} coupling_gpu_hours={coupling:,.1f} "
+        f"wall_hours_on={gpus}:{max(free):,.1f}"
+    )
 
 
 FEWER_TOKENS = "fewer tokens (datasets.{data}.n_samples or token_budget)"

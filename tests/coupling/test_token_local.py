@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from layerlaws.coupling.costs import TOKEN_LOCAL, WHOLE_SEQUENCE
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
 from layerlaws.coupling.miscoupling import METRICS
-from layerlaws.coupling.settings import TOKEN_LOCAL, WHOLE_SEQUENCE, CouplingSettings
+from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.loading import load_model
 from tests.conftest import llama_tokenizer
 from tests.tiny_models import (
