@@ -70,6 +70,7 @@ def main() -> None:
             vjp_chunk=execution.vjp_chunk,
             device=claim.device,
             saves=saves,
+            jacobian_prompts=prompt_set["jacobian_prompts"],
         )
     write_csv(output.depth, result.depth)
     write_csv(output.singular_values, result.singular_values)

@@ -18,6 +18,7 @@ def measure_prompts(
     dtype: str = "float32",
     token_coupling: TokenCoupling | None = None,
     saves: ProgressSaves | None = None,
+    jacobian_prompts: int | None = None,
 ) -> tuple[Any, Any]:
     """(twins, ``measure_prompt_set`` result) of the model in ``folder`` and its random
     twin, loaded afresh in ``dtype`` on the CPU; each token labelled by its id, the token
@@ -32,5 +33,6 @@ def measure_prompts(
         vjp_chunk=16,
         device="cpu",
         saves=saves,
+        jacobian_prompts=jacobian_prompts,
     )
     return twins, result

@@ -214,14 +214,33 @@ def measure_prompt(
     settings: CouplingSettings,
     vjp_chunk: int = 64,
     svd_length: int | None = None,
+    jacobians: bool = True,
 ) -> PromptMeasurement:
     """Measure one prompt ``input_ids`` (1, T) as ``settings`` say (its ``ks``,
     ``metrics``, ``svd``, ``products``, ``svd_seed``, ``lss_window`` and ``final_norm``;
     ``token_coupling`` resolves its token layers), with ``vjp_chunk`` output rows per
     batched VJP; ``svd: auto`` chooses its path for prompts of ``svd_length`` tokens
-    (this one's by default). Layers are numbered 1..L (block l maps x^{l-1} to x^l);
-    tokens 0..T−1."""
+    (this one's by default). Without ``jacobians``, the trajectories only. Layers are
+    numbered 1..L (block l maps x^{l-1} to x^l); tokens 0..T−1."""
     calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
+    result = PromptMeasurement(streams=streams.float().cpu().numpy())
+    if jacobians:
+        _measure_jacobians(result, calls, streams, token_coupling, settings, vjp_chunk, svd_length)
+    _measure_trajectories(result, model, streams, input_ids, settings)
+    return result
+
+
+def _measure_jacobians(
+    result: PromptMeasurement,
+    calls: Sequence[BlockCall],
+    streams: torch.Tensor,
+    token_coupling: TokenCoupling,
+    settings: CouplingSettings,
+    vjp_chunk: int,
+    svd_length: int | None,
+) -> None:
+    """The depth and token-wise coupling of one prompt's traced ``calls`` and ``streams``
+    (L + 1, T, d) into ``result`` (``measure_prompt``)."""
     n_layers, length = len(calls), streams.shape[1]
     if settings.svd == AUTO:
         shape = PromptShape(
@@ -235,7 +254,6 @@ def measure_prompt(
         settings = replace(settings, svd=shape.cheaper_svd(settings.products == TOKEN_LOCAL))
     ks, svd = settings.ks, settings.svd
     last, k_max, k_kept = length - 1, max(ks), min(ks)
-    result = PromptMeasurement(streams=streams.float().cpu().numpy())
 
     seed, swapped = settings.svd_seed, needs_swapped(settings.metrics)
     depth = [
@@ -311,6 +329,16 @@ def measure_prompt(
                 for (a, b), value in np.ndenumerate(matrix.numpy())
             ]
 
+
+def _measure_trajectories(
+    result: PromptMeasurement,
+    model: Any,
+    streams: torch.Tensor,
+    input_ids: torch.Tensor,
+    settings: CouplingSettings,
+) -> None:
+    """The trajectory measures of one prompt's streams (L + 1, T, d) into ``result``."""
+    n_layers, length = streams.shape[0] - 1, streams.shape[1]
     entropy, loss = lens_entropy_and_loss(
         model, streams, input_ids[0], normed_last=settings.includes_final_norm
     )
@@ -339,7 +367,6 @@ def measure_prompt(
             }
             for layer in range(n_layers + 1)
         ]
-    return result
 
 
 def _kept(couplings: torch.Tensor, k: int) -> np.ndarray:
@@ -384,10 +411,13 @@ def measure_prompt_set(
     vjp_chunk: int,
     device: str,
     saves: ProgressSaves | None = None,
+    jacobian_prompts: int | None = None,
 ) -> PromptSetMeasurement:
     """``measure_prompt`` for every prompt (token ids) under every weights (e.g.
     ``trained`` and ``random``) on ``device``; ``labels`` are each prompt's token texts.
-    Depth rows are also averaged over the prompts (prompt ``mean``). With ``saves`` the
+    Only the first ``jacobian_prompts`` (all when None) have their Jacobians measured,
+    the rest their trajectories. Depth rows are also averaged over the prompts (prompt
+    ``mean``). With ``saves`` the
     prompts measured by an earlier run of the same inputs are taken from its last save,
     and the measurements so far are saved after each prompt that leaves some to measure
     (the caller removes the save once its outputs are written)."""
@@ -406,6 +436,7 @@ def measure_prompt_set(
                 settings=settings,
                 vjp_chunk=vjp_chunk,
                 svd_length=max(len(prompt) for prompt in prompts),
+                jacobians=jacobian_prompts is None or index < jacobian_prompts,
             )
         )
         log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
@@ -475,6 +506,8 @@ def _combined(
             for key, array in prompt.factors.items():
                 factors[f"{weights}/{index}/{key}"] = array
             streams[f"{weights}/{index}"] = prompt.streams
+            if prompt.depth_couplings is None:
+                continue
             couplings[f"depth/{weights}/{index}"] = prompt.depth_couplings
             absolute.append(np.abs(prompt.depth_couplings))
             if index == 0:

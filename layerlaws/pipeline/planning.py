@@ -155,13 +155,15 @@ class JobPlanner:
         )
 
     def _coupling(self, model: str, size: ModelSize, prompts: str) -> Needs:
-        """Two copies of the model (trained and random) and the Jacobians of one prompt:
-        the last token's of every layer and three per token at each token layer, in
-        block-tokens (``layerlaws.coupling.costs``; a family that falls back to
-        whole-sequence products is planned as token-local, T times less)."""
+        """Two copies of the model (trained and random) and the Jacobians of one prompt
+        (of the first ``jacobian_prompts``): the last token's of every layer and three per
+        token at each token layer, in block-tokens (``layerlaws.coupling.costs``; a family
+        that falls back to whole-sequence products is planned as token-local, T times
+        less)."""
         prompt_set = self.config["coupling"]["prompts"][prompts]
         length = prompt_set["max_tokens"]
         count = prompt_count(prompt_set)
+        jacobian_count = min(count, prompt_set["jacobian_prompts"] or count)
         dtype = self._model(model)["dtype"]
         coupling = self.config["coupling"]
         pairs = layer_pairs(coupling["token_layers"], size.num_layers)
@@ -181,8 +183,10 @@ class JobPlanner:
         return model_pass_needs(
             size=size,
             dtype=dtype,
-            # A block-token is 1/L of a token through the model.
-            n_tokens=count * -(-int(shape.cost(svd, token_local)) // size.num_layers),
+            # A block-token is 1/L of a token through the model; every prompt's trajectories
+            # take a forward pass.
+            n_tokens=jacobian_count * -(-int(shape.cost(svd, token_local)) // size.num_layers)
+            + count * length,
             batch_tokens=length,
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 import scipy.stats
 import torch
@@ -274,3 +275,32 @@ def test_a_bfloat16_branch_gives_float32_jacobians_that_an_svd_accepts():
     assert torch.allclose(half.double(), full, atol=3e-2)
     u, s, v = top_singular(half, 2)
     assert u.shape == v.shape == (6, 2) and torch.isfinite(s).all()
+
+
+def test_jacobians_on_the_first_prompts_only_and_trajectories_on_every_one(llama_folder):
+    """``jacobian_prompts: 1`` of three prompts: the Jacobians' tables and arrays of the
+    first prompt are those of a run over every prompt, nothing of the others; the
+    trajectories of all three are those of that run."""
+    from tests.coupling_runs import measure_prompts
+
+    prompts = [[1, 5, 9, 14, 3], [1, 7, 22, 4], [1, 8, 3, 11, 6, 2]]
+    settings = CouplingSettings(ks=(2, 3))
+    _, every = measure_prompts(llama_folder, prompts, settings, "float64")
+    _, first = measure_prompts(llama_folder, prompts, settings, "float64", jacobian_prompts=1)
+    for table in ("depth", "singular_values", "tokens"):
+        expected = getattr(every, table).filter(pl.col("prompt").is_in(["0", "mean"]))
+        found = getattr(first, table)
+        assert found.height == expected.height > 0, table
+        if table == "depth":  # the mean over the measured prompt is that prompt
+            mean = found.filter(pl.col("prompt") == "mean")["miscoupling"].to_numpy()
+            single = found.filter(pl.col("prompt") == "0")["miscoupling"].to_numpy()
+            np.testing.assert_array_equal(mean, single)
+            found, expected = (frame.filter(pl.col("prompt") == "0") for frame in (found, expected))
+        assert found.equals(expected), table
+    assert sorted(first.factors) == [f"{w}/0/{key}" for w in ("random", "trained") for key in "suv"]
+    assert {key for key in first.couplings if key.startswith("depth/")} == {
+        f"depth/{w}/{name}" for w in ("trained", "random") for name in ("0", "mean_abs")
+    }
+    for table in ("trajectories", "layers"):
+        assert getattr(first, table).equals(getattr(every, table)), table
+    assert sorted(first.streams) == sorted(every.streams)
