@@ -126,6 +126,17 @@ def prompt_sentences(wildcards):
     return TARGETS.prompt_sentences(wildcards.prompts)
 
 
+def coupling_shards(wildcards):
+    """The shard files of a coupling job (none when it is one job)."""
+    shards = config["coupling"]["shards"]
+    if shards == 1:
+        return []
+    return [
+        LAYOUT.coupling_shard(wildcards.model, wildcards.prompts, str(shard))
+        for shard in range(shards)
+    ]
+
+
 def pool_members(kind):
     return lambda wildcards: TARGETS.pool_members(
         wildcards.model, wildcards.dataset, kind

@@ -2,11 +2,34 @@
 # trained model and its randomly initialised twin.
 
 
+COUPLING_PARAMS = {
+    "prompts": lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
+    **{
+        key: config["coupling"][key]
+        for key in (
+            "ks",
+            "token_layers",
+            "fixed_input_token",
+            "fixed_output_token",
+            "final_norm",
+            "metrics",
+            "svd",
+            "products",
+            "svd_seed",
+            "init_seed",
+            "lss_window",
+        )
+    },
+    "dtype": model_dtype,
+}
+
+
 rule measure_coupling:
     input:
         model=LAYOUT.model(),
         sentences=prompt_sentences,
         initial=initial_model,
+        shards=coupling_shards,
     output:
         depth=f"{LAYOUT.coupling()}/depth.csv",
         singular_values=f"{LAYOUT.coupling()}/singular_values.csv",
@@ -22,21 +45,30 @@ rule measure_coupling:
     resources:
         **needs(PLANNER.measure_coupling),
     params:
-        prompts=lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
-        ks=config["coupling"]["ks"],
-        token_layers=config["coupling"]["token_layers"],
-        fixed_input_token=config["coupling"]["fixed_input_token"],
-        fixed_output_token=config["coupling"]["fixed_output_token"],
-        final_norm=config["coupling"]["final_norm"],
-        metrics=config["coupling"]["metrics"],
-        svd=config["coupling"]["svd"],
-        products=config["coupling"]["products"],
-        svd_seed=config["coupling"]["svd_seed"],
-        init_seed=config["coupling"]["init_seed"],
-        lss_window=config["coupling"]["lss_window"],
-        dtype=model_dtype,
+        **COUPLING_PARAMS,
     script:
         "../scripts/measure_coupling.py"
+
+
+# With coupling.shards above 1: each shard of a prompt set a job of its own
+# (its own device claim and progress saves), merged by measure_coupling.
+rule measure_coupling_shard:
+    input:
+        model=LAYOUT.model(),
+        sentences=prompt_sentences,
+        initial=initial_model,
+    output:
+        LAYOUT.coupling_shard(),
+    log:
+        LAYOUT.log("measure_coupling_shard", "{model}", "{prompts}", "{shard}"),
+    threads: MODEL_THREADS
+    resources:
+        **needs(PLANNER.measure_coupling_shard),
+    params:
+        **COUPLING_PARAMS,
+        shards=config["coupling"]["shards"],
+    script:
+        "../scripts/measure_coupling_shard.py"
 
 
 rule plot_coupling:

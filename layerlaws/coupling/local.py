@@ -19,12 +19,12 @@ Both are exact: the same operations as the whole-sequence block, on the same num
 
 A block is re-run this way only where that reproduces it. Its family must take a cache
 argument (``CACHE_ARGUMENTS``) that its attention ``update``s; its other arguments are
-cut to the token's rows (``_rows``: masks by rows and key columns, position tensors by
-their sequence dimension); and every re-run's output must equal the whole-sequence
-block's row to √ε of the dtype. State-space and recurrent blocks (Mamba, RWKV,
-RecurrentGemma, Jamba) and the bidirectional encoders (BERT, RoBERTa) fail one of these,
-and so does any family whose arguments are cut otherwise (Bloom's ALiBi bias runs over
-key columns only): they keep the whole-sequence products (``Linearisation``), logged once.
+cut to the token's rows (``_rows``: the arguments named as masks by rows and key
+columns, position tensors by their sequence dimension); and every re-run's output must
+equal the whole-sequence block's row to √ε of the dtype. State-space and recurrent blocks
+(Mamba, RWKV, RecurrentGemma, Jamba) and the bidirectional encoders (BERT, RoBERTa) fail
+one of these, and so does any family whose arguments are cut otherwise (Bloom's ALiBi
+bias runs over key columns only): they keep the whole-sequence products (``Linearisation``), logged once.
 """
 
 from __future__ import annotations
@@ -71,16 +71,17 @@ class _KeyValueTap:
         return 0 if self.prefix is None else self.prefix[0].shape[self.dim]
 
 
-def _rows(value: Any, length: int, rows: slice, keys_end: int) -> Any:
+def _rows(value: Any, length: int, rows: slice, keys_end: int, mask: bool) -> Any:
     """A block argument made for a sequence of ``length`` tokens, cut to the query tokens
-    ``rows`` attending to keys 0..``keys_end``−1: a (…, T, T) mask by rows and key
+    ``rows`` attending to keys 0..``keys_end``−1: a (…, T, T) ``mask`` by rows and key
     columns, a (T,) tensor by rows, any other tensor along its first non-batch dimension
-    of size T; tuples and lists element-wise; anything else as it is."""
+    of size T (a (1, T, T) rotary table of head size T too); tuples and lists
+    element-wise; anything else as it is."""
     if isinstance(value, tuple | list):
-        return type(value)(_rows(item, length, rows, keys_end) for item in value)
+        return type(value)(_rows(item, length, rows, keys_end, mask) for item in value)
     if not isinstance(value, torch.Tensor) or value.ndim == 0:
         return value
-    if value.ndim >= 2 and value.shape[-2:] == (length, length):
+    if mask and value.ndim >= 2 and value.shape[-2:] == (length, length):
         return value[..., rows, :keys_end]
     dims = [dim for dim in range(min(value.ndim, 1), value.ndim) if value.shape[dim] == length]
     if value.ndim == 1:
@@ -173,7 +174,8 @@ class TokenLocalBlock:
         tap it used is left in ``self.tap``."""
         self.tap = _KeyValueTap(prefix, dim)
         named = {
-            name: _rows(value, self.length, rows, keys_end) for name, value in self.named.items()
+            name: _rows(value, self.length, rows, keys_end, mask="mask" in name)
+            for name, value in self.named.items()
         }
         stream_name = next(iter(self.named))
         named[stream_name], named[self.cache] = inputs, self.tap
@@ -259,16 +261,15 @@ class LocalLinearisation:
 
     def rows(self, input_tokens: Sequence[int]) -> torch.Tensor:
         """J_{t1 t} formed for each t1 of ``input_tokens``: (n, d, d), [k, i, j] =
-        ∂f(X)_{t, i} / ∂x_{t1, j}, from d VJPs per graph input needed."""
+        ∂f(X)_{t, i} / ∂x_{t1, j}, from d VJPs through the graph inputs needed at once:
+        x_t alone when t is the only input token, else X_{<t} and x_t (rows 0..t)."""
         width = self.outputs.shape[-1]
         identity = torch.eye(width, dtype=self.outputs.dtype, device=self.outputs.device)
-        pulled: dict[int, torch.Tensor] = {}
-        formed = []
-        for token in input_tokens:
-            inputs, row = self._input(token)
-            if id(inputs) not in pulled:
-                pulled[id(inputs)] = batched_gradients(
-                    self.outputs, inputs, 0, None, identity, self.chunk
-                )
-            formed.append(pulled[id(inputs)][:, row])
-        return torch.stack(formed)
+        if all(token == self.token for token in input_tokens):
+            inputs, first = [self.query], self.token
+        else:
+            for token in input_tokens:
+                self._input(token)  # an input token this graph holds
+            inputs, first = [self.earlier, self.query], 0
+        pulled = batched_gradients(self.outputs, inputs, 0, None, identity, self.chunk)
+        return torch.stack([pulled[:, token - first] for token in input_tokens])

@@ -401,6 +401,17 @@ class PromptSetMeasurement:
     (the smallest of ``ks``); ``token_layers``: that pair (l, l′). float32."""
 
 
+Measured = dict[tuple[str, int], PromptMeasurement]
+"""Prompt measurements by (weights, prompt index)."""
+
+
+def shard_prompts(count: int, shard: int, shards: int) -> range:
+    """The prompt indices of shard ``shard`` (0-based) of ``shards``: every ``shards``-th
+    from ``shard`` on, so that the shards' sizes, and their shares of the first
+    ``jacobian_prompts``, differ by one at most."""
+    return range(shard, count, shards)
+
+
 def measure_prompt_set(
     models: Mapping[str, Any],
     prompts: Sequence[Sequence[int]],
@@ -413,18 +424,45 @@ def measure_prompt_set(
     saves: ProgressSaves | None = None,
     jacobian_prompts: int | None = None,
 ) -> PromptSetMeasurement:
-    """``measure_prompt`` for every prompt (token ids) under every weights (e.g.
-    ``trained`` and ``random``) on ``device``; ``labels`` are each prompt's token texts.
-    Only the first ``jacobian_prompts`` (all when None) have their Jacobians measured,
-    the rest their trajectories. Depth rows are also averaged over the prompts (prompt
-    ``mean``). With ``saves`` the
-    prompts measured by an earlier run of the same inputs are taken from its last save,
-    and the measurements so far are saved after each prompt that leaves some to measure
-    (the caller removes the save once its outputs are written)."""
+    """``measure_prompts`` of every prompt, combined into the tables (``combine``)."""
+    measured = measure_prompts(
+        models,
+        prompts,
+        range(len(prompts)),
+        token_coupling=token_coupling,
+        settings=settings,
+        vjp_chunk=vjp_chunk,
+        device=device,
+        saves=saves,
+        jacobian_prompts=jacobian_prompts,
+    )
+    return combine(measured, list(models), labels, token_coupling, settings)
+
+
+def measure_prompts(
+    models: Mapping[str, Any],
+    prompts: Sequence[Sequence[int]],
+    indices: Sequence[int],
+    *,
+    token_coupling: TokenCoupling,
+    settings: CouplingSettings,
+    vjp_chunk: int,
+    device: str,
+    saves: ProgressSaves | None = None,
+    jacobian_prompts: int | None = None,
+) -> Measured:
+    """``measure_prompt`` for the prompts (token ids) of ``indices`` under every weights
+    (e.g. ``trained`` and ``random``) on ``device``; ``svd: auto`` decides for the
+    longest of all ``prompts``, so that every shard of a set decides alike. Only the
+    prompts before index ``jacobian_prompts`` (all when None) have their Jacobians
+    measured, the rest their trajectories. With ``saves`` the prompts measured by an
+    earlier run of the same inputs are taken from its last save, and the measurements so
+    far are saved after each prompt that leaves some to measure (the caller removes the
+    save once its outputs are written)."""
     units = [
-        (weights, index, [int(token) for token in ids])
+        (weights, index, [int(token) for token in prompts[index]])
         for weights in models
-        for index, ids in enumerate(prompts)
+        for index in indices
     ]
     measured = _resumed(saves, units) if saves is not None else []
     for number, (weights, index, ids) in enumerate(units[len(measured) :], start=len(measured) + 1):
@@ -443,11 +481,10 @@ def measure_prompt_set(
         if saves is not None and number < len(units):
             state = {"units_hash": _units_hash(units[:number]), "measured": measured}
             saves.save_if_due(state, f"prompt {number} of {len(units)}")
-    by_unit = {
+    return {
         (weights, index): result
         for (weights, index, _), result in zip(units, measured, strict=True)
     }
-    return _combined(by_unit, list(models), labels, token_coupling, settings)
 
 
 def _units_hash(units: Sequence[tuple[str, int, list[int]]]) -> str:
@@ -478,7 +515,7 @@ def _resumed(
     return state["measured"]
 
 
-def _combined(
+def combine(
     measured: Mapping[tuple[str, int], PromptMeasurement],
     weights_names: Sequence[str],
     labels: Sequence[Sequence[str]],
@@ -486,8 +523,9 @@ def _combined(
     settings: CouplingSettings,
 ) -> PromptSetMeasurement:
     """The tables and arrays of the prompt set from the ``measured`` prompts (keyed by
-    weights and prompt index), in the order of ``weights_names`` and of ``labels`` (one
-    per prompt)."""
+    weights and prompt index: one job's, or the union of its shards'), in the order of
+    ``weights_names`` and of ``labels`` (one per prompt). Depth rows are also averaged
+    over the prompts (prompt ``mean``)."""
     rows: dict[str, list[dict[str, Any]]] = {
         name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
     }

@@ -180,16 +180,18 @@ def pullback_graph(outputs: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.T
 
 def batched_gradients(
     outputs: torch.Tensor,
-    inputs: torch.Tensor,
+    inputs: torch.Tensor | Sequence[torch.Tensor],
     output_row: int,
     input_row: int | None,
     vectors: torch.Tensor,
     chunk: int,
 ) -> torch.Tensor:
-    """Gradients of ``outputs`` (1, n_out, d) with respect to ``inputs`` (1, n_in, d) for
-    the ``vectors`` (n, d) placed at row ``output_row``, ``chunk`` at a time through one
+    """Gradients of ``outputs`` (1, n_out, d) with respect to ``inputs`` (1, n_in, d; or
+    several, their rows concatenated in order, from one backward pass) for the
+    ``vectors`` (n, d) placed at row ``output_row``, ``chunk`` at a time through one
     vmapped backward pass (``is_grads_batched``), in float32 at least: (n, d) read at
     ``input_row``, or (n, n_in, d) when it is None."""
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     results = []
     with torch.enable_grad():
         for start in range(0, len(vectors), chunk):
@@ -198,9 +200,10 @@ def batched_gradients(
                 len(batch), *outputs.shape, dtype=outputs.dtype, device=outputs.device
             )
             seeds[:, 0, output_row] = batch.to(seeds)
-            (gradients,) = torch.autograd.grad(
+            found = torch.autograd.grad(
                 outputs, inputs, seeds, retain_graph=True, is_grads_batched=True
             )
+            gradients = torch.cat(found, dim=2)
             results.append(gradients[:, 0] if input_row is None else gradients[:, 0, input_row])
     found = torch.cat(results)
     return found.to(torch.promote_types(found.dtype, torch.float32))

@@ -17,6 +17,7 @@ PROMPTS = "{prompts}"
 TRAINING = "{training}"
 SERIES = "{series}"
 TASK = "{task}"
+SHARD = "{shard}"
 OWN_CORPUS = "{own_corpus}"
 STEP = "{step}"
 
@@ -97,6 +98,10 @@ class Layout:
     def coupling(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
         """A model's block coupling on a prompt set, and its figures."""
         return f"{self.root}/coupling/{model}/{prompts}"
+
+    def coupling_shard(self, model: str = MODEL, prompts: str = PROMPTS, shard: str = SHARD) -> str:
+        """One shard's measurements of a coupling job (``coupling.shards``)."""
+        return f"{self.coupling(model, prompts)}/shards/{shard}.pt"
 
     def trajectories(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
         """A model's hidden trajectories on a prompt set, and their figures."""

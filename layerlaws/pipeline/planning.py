@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from functools import partial
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +155,17 @@ class JobPlanner:
             output_bytes=hidden_states_bytes(size, tokens, DTYPE_BYTES[stored]),
         )
 
-    def _coupling(self, model: str, size: ModelSize, prompts: str) -> Needs:
+    def _coupling(self, model: str, size: ModelSize, prompts: str, shards: int = 1) -> Needs:
         """Two copies of the model (trained and random) and the Jacobians of one prompt
         (of the first ``jacobian_prompts``): the last token's of every layer and three per
         token at each token layer, in block-tokens (``layerlaws.coupling.costs``; a family
         that falls back to whole-sequence products is planned as token-local, T times
-        less)."""
+        less); of one of ``shards`` jobs, a share of the prompts each."""
         prompt_set = self.config["coupling"]["prompts"][prompts]
         length = prompt_set["max_tokens"]
-        count = prompt_count(prompt_set)
-        jacobian_count = min(count, prompt_set["jacobian_prompts"] or count)
+        total = prompt_count(prompt_set)
+        count = -(-total // shards)
+        jacobian_count = -(-min(total, prompt_set["jacobian_prompts"] or total) // shards)
         dtype = self._model(model)["dtype"]
         coupling = self.config["coupling"]
         pairs = layer_pairs(coupling["token_layers"], size.num_layers)
@@ -225,10 +227,22 @@ class JobPlanner:
         return self._run_needs(wildcards, input, self._hidden)
 
     def measure_coupling(self, wildcards: Any, input: Any) -> Needs:
+        """The whole coupling job, or (with shards) the merge of its shards: on the CPU,
+        the shards' measurements twice in host memory (read, then tabled)."""
         size = self._known_size(wildcards.model, input.model)
         if size is None:
             return self._placeholder(wildcards.model)
-        return self._coupling(wildcards.model, size, wildcards.prompts)
+        needs = self._coupling(wildcards.model, size, wildcards.prompts)
+        if self.config["coupling"]["shards"] == 1:
+            return needs
+        return Needs(0, 0, HOST_BASE_MB + 2 * needs.disk_mb, needs.disk_mb, 10)
+
+    def measure_coupling_shard(self, wildcards: Any, input: Any) -> Needs:
+        size = self._known_size(wildcards.model, input.model)
+        if size is None:
+            return self._placeholder(wildcards.model)
+        shards = self.config["coupling"]["shards"]
+        return self._coupling(wildcards.model, size, wildcards.prompts, shards)
 
     def train_checkpoint(self, wildcards: Any, input: Any) -> Needs:
         """A segment of a training from scratch, planned as the whole training (an upper
@@ -326,14 +340,15 @@ class JobPlanner:
                         **asdict(needs),
                     }
                 )
-        for model, prompts in self.expanded.coupling_runs:
+        shards = self.config["coupling"]["shards"]
+        for (model, prompts), shard in product(self.expanded.coupling_runs, range(shards)):
             size, sized_by = self.size(model)
-            needs = self._coupling(model, size, prompts)
+            needs = self._coupling(model, size, prompts, shards)
             rows.append(
                 {
                     "job": "measure_coupling",
                     "model": model,
-                    "data": prompts,
+                    "data": prompts if shards == 1 else f"{prompts}[{shard}/{shards}]",
                     "parameters": size.parameters,
                     "sized_by": sized_by,
                     "tokens": 0,

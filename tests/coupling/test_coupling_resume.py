@@ -19,7 +19,9 @@ from snakemake_runs import run_ok, snakemake, write_config
 
 import layerlaws.coupling.measurement as measurement
 from layerlaws.core.progress import ProgressSaves
+from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.models.loading import coupling_twins
 
 PROMPTS = [[1, 5, 9, 14, 3], [1, 22, 8, 30], [1, 4, 12, 6, 19]]
 SETTINGS = CouplingSettings(ks=(2, 3), token_layers=((2, 4),), svd="randomized", svd_seed=3)
@@ -140,30 +142,54 @@ OUTPUTS = [
 ]
 
 
-@pytest.mark.slow
-def test_a_killed_coupling_job_resumes_to_the_uninterrupted_outputs(llama_folder, tmp_path):
-    finished = tmp_path / "finished"
-    write_config(
-        finished,
-        {
-            "models": {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}},
-            "coupling": {
-                "prompts": {
-                    "few": {"texts": ["the cat is here", "a b c d e", "is the sum of two"]}
-                },
-                "runs": [{"model": "tiny-llama", "prompts": "few"}],
-                "ks": [2, 3],
-                "token_layers": [[2, 4]],
-                "svd": "randomized",
-                "lss_window": 2,
-            },
-            # A save after every prompt: three prompts under two weights, five saves.
-            "execution": {"checkpoint_minutes": 0, "lock_dir": str(tmp_path / "locks")},
-        },
-    )
+CONFIG = {
+    "coupling": {
+        "prompts": {"few": {"texts": ["the cat is here", "a b c d e", "is the sum of two"]}},
+        "runs": [{"model": "tiny-llama", "prompts": "few"}],
+        "ks": [2, 3],
+        "token_layers": [[2, 4]],
+        "svd": "randomized",
+        "lss_window": 2,
+    },
+}
+
+
+def workflow_config(llama_folder, tmp_path, shards: int = 1) -> dict:
+    """The coupling of the tiny Llama on three prompts in ``shards`` jobs, with a save
+    after every prompt (three prompts under two weights: five saves in one job)."""
+    models = {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}}
+    execution = {"checkpoint_minutes": 0, "lock_dir": str(tmp_path / "locks")}
+    coupling = CONFIG["coupling"] | {"shards": shards}
+    return {"models": models, "coupling": coupling, "execution": execution}
+
+
+@pytest.fixture(scope="module")
+def one_job(llama_folder, tmp_path_factory):
+    """A workflow folder whose coupling ran as one uninterrupted job."""
+    finished = tmp_path_factory.mktemp("one-job")
+    write_config(finished, workflow_config(llama_folder, finished))
     run_ok(finished, OUTPUTS[0])
+    return finished
+
+
+def assert_same_outputs(workdir, expected):
+    """Every coupling output of ``workdir`` equals ``expected``'s, bit for bit."""
+    for output in OUTPUTS:
+        found, reference = workdir / output, expected / output
+        if output.endswith(".csv"):
+            read = [pl.read_csv(path, infer_schema=False) for path in (found, reference)]
+            assert read[1].height > 0 and read[0].equals(read[1]), output
+            continue
+        found, reference = np.load(found), np.load(reference)
+        assert reference.files and found.files == reference.files, output
+        for name in reference.files:
+            assert np.array_equal(found[name], reference[name]), f"{output} {name}"
+
+
+@pytest.mark.slow
+def test_a_killed_coupling_job_resumes_to_the_uninterrupted_outputs(one_job, tmp_path):
     workdir = tmp_path / "killed"
-    shutil.copytree(finished, workdir, symlinks=True)
+    shutil.copytree(one_job, workdir, symlinks=True)
     environment = killing_environment(tmp_path / "fault")
 
     killed = snakemake(workdir, OUTPUTS[0], "--forcerun", "measure_coupling", env=environment)
@@ -174,14 +200,60 @@ def test_a_killed_coupling_job_resumes_to_the_uninterrupted_outputs(llama_folder
     run_ok(workdir, OUTPUTS[0], env=environment)
     log = (workdir / "results/logs/measure_coupling/tiny-llama/few.log").read_text()
     assert "resuming the coupling after 1 of 6 prompts" in log, log
-    for output in OUTPUTS:
-        resumed, uninterrupted = workdir / output, finished / output
-        if output.endswith(".csv"):
-            read = [pl.read_csv(path, infer_schema=False) for path in (resumed, uninterrupted)]
-            assert read[0].equals(read[1]), output
-            continue
-        resumed, uninterrupted = np.load(resumed), np.load(uninterrupted)
-        assert resumed.files == uninterrupted.files, output
-        for name in uninterrupted.files:
-            assert np.array_equal(resumed[name], uninterrupted[name]), f"{output} {name}"
+    assert_same_outputs(workdir, one_job)
     assert not (workdir / COUPLING / ".resume").exists()
+
+
+@pytest.mark.slow
+def test_sharded_coupling_merges_to_the_one_job_outputs_and_killed_shards_resume(
+    llama_folder, one_job, tmp_path
+):
+    """Two shards (prompts 0 and 2, prompt 1), each killed after its first save, resumed,
+    and merged: the outputs of the one uninterrupted job, bit for bit."""
+    workdir = tmp_path / "sharded"
+    shutil.copytree(one_job, workdir, symlinks=True)
+    write_config(workdir, workflow_config(llama_folder, workdir, shards=2))
+    for output in OUTPUTS:
+        (workdir / output).unlink()
+    environment = killing_environment(tmp_path / "fault")
+
+    killed = snakemake(workdir, OUTPUTS[0], env=environment)
+    assert killed.returncode != 0
+    shard_saves = [f"{COUPLING}/shards/.resume/{shard}.pt.pt" for shard in (0, 1)]
+    assert set(killed_saves(tmp_path / "fault")) <= set(shard_saves)
+    assert killed_saves(tmp_path / "fault")
+
+    run_ok(workdir, OUTPUTS[0], env=environment)
+    logs = workdir / "results/logs/measure_coupling_shard/tiny-llama/few"
+    resumed = {"0": "after 1 of 4 prompts", "1": "after 1 of 2 prompts"}
+    for save in killed_saves(tmp_path / "fault"):
+        shard = save.split("/")[-1].split(".")[0]
+        assert f"resuming the coupling {resumed[shard]}" in (logs / f"{shard}.log").read_text()
+    assert sorted(path.name for path in (workdir / COUPLING / "shards").iterdir()) == [
+        "0.pt",
+        "1.pt",
+    ]
+    assert_same_outputs(workdir, one_job)
+
+
+def test_shards_of_a_prompt_set_combine_to_the_one_job_tables(llama_folder, uninterrupted):
+    """Three prompts in two shards (prompts 0 and 2, prompt 1), measured apart as two jobs
+    would and combined: the tables and arrays of one job, bit for bit."""
+    twins = coupling_twins(llama_folder, None, "float32", "cpu", SETTINGS.init_seed)
+    coupling = TokenCoupling.of(SETTINGS, 4)
+    measured = {}
+    for shard in (1, 0):
+        indices = measurement.shard_prompts(len(PROMPTS), shard, 2)
+        assert list(indices) == ([0, 2] if shard == 0 else [1])
+        measured |= measurement.measure_prompts(
+            twins,
+            PROMPTS,
+            indices,
+            token_coupling=coupling,
+            settings=SETTINGS,
+            vjp_chunk=16,
+            device="cpu",
+        )
+    labels = [[str(token) for token in prompt] for prompt in PROMPTS]
+    combined = measurement.combine(measured, ["trained", "random"], labels, coupling, SETTINGS)
+    assert_same(combined, uninterrupted)

@@ -16,9 +16,12 @@ import pytest
 import torch
 
 from layerlaws.coupling.costs import TOKEN_LOCAL, WHOLE_SEQUENCE
+from layerlaws.coupling.jacobians import jacobian_rows
+from layerlaws.coupling.local import TokenLocalBlock
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
 from layerlaws.coupling.miscoupling import METRICS
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model
 from tests.conftest import llama_tokenizer
 from tests.tiny_models import (
@@ -93,3 +96,22 @@ def test_matrix_free_token_local_products_measure_what_whole_sequence_ones_do(tm
         measured(model, ids, WHOLE_SEQUENCE, "matrix_free"),
         rtol=1e-10,
     )
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2"])
+def test_a_prompt_as_long_as_the_head_size_is_re_run_token_locally(family, tokenizer, tmp_path):
+    """T = 8 tokens, the tiny models' head size: the rotary tables (1, T, 8) are cut by
+    their sequence dimension, not as a T × T mask; every token's re-run is used (none
+    falls back) and its Jacobians are the whole-sequence ones."""
+    model = tiny_family_model(family, tokenizer, tmp_path)
+    assert model.config.hidden_size // model.config.num_attention_heads == 8
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7, 22, 6]])
+    calls, streams = trace_blocks(model, ids)
+    for call, stream in zip(calls, streams, strict=False):
+        block = TokenLocalBlock(call, stream, 16)
+        for token in range(8):
+            local = block.at(token, context=True)
+            assert local is not None, f"token {token} fell back"
+            inputs = list(range(token + 1))
+            whole = jacobian_rows(call.branch, stream, token, inputs, 16)
+            np.testing.assert_allclose(local.rows(inputs), whole, rtol=0, atol=1e-12)

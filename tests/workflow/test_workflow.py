@@ -495,3 +495,15 @@ def test_zoo_config_dry_runs(tmp_path):
     # Three pretrained causal LMs, four encoder keys, two checkpoints of each training.
     assert jobs["prepare_model"] == 3 + 4 + 4 * 2
     assert not (tmp_path / "results").exists()
+
+
+def test_the_default_config_with_coupling_shards_plans_that_many_jobs(tmp_path):
+    """``coupling.shards: 3`` on the default config: each of its 6 coupling jobs
+    becomes 3 shard jobs, each claiming its own device, and a merge on the CPU; nothing
+    else changes."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    default = scheduled_jobs(tmp_path, configfile=REPO / "config.yaml")
+    config["coupling"]["shards"] = 3
+    sharded = scheduled_jobs(tmp_path, configfile=write_config(tmp_path / "sharded", config))
+    assert default["measure_coupling"] == 6 and "measure_coupling_shard" not in default
+    assert sharded == default | {"measure_coupling_shard": 18}
