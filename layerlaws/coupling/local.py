@@ -24,7 +24,8 @@ columns, position tensors by their sequence dimension); and every re-run's outpu
 equal the whole-sequence block's row to √ε of the dtype. State-space and recurrent blocks
 (Mamba, RWKV, RecurrentGemma, Jamba) and the bidirectional encoders (BERT, RoBERTa) fail
 one of these, and so does any family whose arguments are cut otherwise (Bloom's ALiBi
-bias runs over key columns only): they keep the whole-sequence products (``Linearisation``), logged once.
+bias runs over key columns only): they keep the whole-sequence products
+(``Linearisation``), logged once per block class.
 """
 
 from __future__ import annotations
