@@ -132,6 +132,12 @@ def texts() -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
+    """The Llama-like tokenizer of the tiny models (a module may define its own)."""
+    return llama_tokenizer(texts)
+
+
+@pytest.fixture(scope="session")
 def llama_folder(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -> Path:
     return save_tiny_model(
         tmp_path_factory.mktemp("llama"), "llama", llama_tokenizer(texts), **TEST_SIZES

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling.measurement import TokenCoupling, measure_prompt_set
+from layerlaws.coupling import measurement
+from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.loading import coupling_twins
 
@@ -20,19 +21,21 @@ def measure_prompts(
     saves: ProgressSaves | None = None,
     jacobian_prompts: int | None = None,
 ) -> tuple[Any, Any]:
-    """(twins, ``measure_prompt_set`` result) of the model in ``folder`` and its random
-    twin, loaded afresh in ``dtype`` on the CPU; each token labelled by its id, the token
-    coupling of 4 layers unless given."""
+    """(twins, the tables ``measure_prompts`` and ``combine`` give) of the model in
+    ``folder`` and its random twin, loaded afresh in ``dtype`` on the CPU; each token
+    labelled by its id, the token coupling of 4 layers unless given."""
     twins = coupling_twins(folder, None, dtype, "cpu", settings.init_seed)
-    result = measure_prompt_set(
+    token_coupling = token_coupling or TokenCoupling.of(settings, 4)
+    measured = measurement.measure_prompts(
         twins,
         prompts,
-        labels=[[str(token) for token in prompt] for prompt in prompts],
-        token_coupling=token_coupling or TokenCoupling.of(settings, 4),
+        range(len(prompts)),
+        token_coupling=token_coupling,
         settings=settings,
         vjp_chunk=16,
         device="cpu",
         saves=saves,
         jacobian_prompts=jacobian_prompts,
     )
-    return twins, result
+    labels = [[str(token) for token in prompt] for prompt in prompts]
+    return twins, measurement.combine(measured, list(twins), labels, token_coupling, settings)

@@ -412,33 +412,6 @@ def shard_prompts(count: int, shard: int, shards: int) -> range:
     return range(shard, count, shards)
 
 
-def measure_prompt_set(
-    models: Mapping[str, Any],
-    prompts: Sequence[Sequence[int]],
-    *,
-    labels: Sequence[Sequence[str]],
-    token_coupling: TokenCoupling,
-    settings: CouplingSettings,
-    vjp_chunk: int,
-    device: str,
-    saves: ProgressSaves | None = None,
-    jacobian_prompts: int | None = None,
-) -> PromptSetMeasurement:
-    """``measure_prompts`` of every prompt, combined into the tables (``combine``)."""
-    measured = measure_prompts(
-        models,
-        prompts,
-        range(len(prompts)),
-        token_coupling=token_coupling,
-        settings=settings,
-        vjp_chunk=vjp_chunk,
-        device=device,
-        saves=saves,
-        jacobian_prompts=jacobian_prompts,
-    )
-    return combine(measured, list(models), labels, token_coupling, settings)
-
-
 def measure_prompts(
     models: Mapping[str, Any],
     prompts: Sequence[Sequence[int]],

@@ -1,5 +1,5 @@
 """A coupling job stopped after a progress save resumes per prompt and ends with the
-outputs of an uninterrupted run, bit for bit on the CPU: through ``measure_prompt_set``
+outputs of an uninterrupted run, bit for bit on the CPU: through ``measure_prompts``
 (a raised exception after a save standing in for a kill) and through a real Snakemake run
 of ``measure_coupling`` killed with SIGKILL (``tests/fault_injection``). Saves of other
 inputs or of other prompts are discarded."""
@@ -36,7 +36,7 @@ class Killed(Exception):
 
 
 def measured(folder, saves=None, settings=SETTINGS, prompts=PROMPTS):
-    """``measure_prompt_set`` of the tiny Llama in ``folder`` and its random twin, loaded
+    """The tables of the tiny Llama in ``folder`` and its random twin, loaded
     afresh as a new job would."""
     return measure_prompts(folder, prompts, settings, saves=saves)[1]
 

@@ -1,14 +1,14 @@
 """The depth table's mis-coupling against Aubry et al.'s definition, from the model itself.
 
 For the tiny Llama of the workflow tests (four blocks), trained weights and the random
-twin, two prompts: ``measure_prompt_set`` (called as scripts/measure_coupling.py calls it)
-gives M[l, l′] = m̃(U′_Kᵀ J^l V′_K) of the last token's self-Jacobians. The reference
-takes each J^l = ∂x^l_T / ∂x^{l−1}_T − I (the residual branch's Jacobian, §3; the last
-block including the final norm, Eq. 7) by torch.autograd through the whole model
-(``tests/whole_model_jacobians.py``), its top-K singular vectors by numpy.linalg.svd, and
-m̃(A) = ‖A − Diag A‖_F / ‖A‖_F (Eq. 14) in float64. Both run in float64, so the bound
-(1e-9) leaves only rounding, amplified by how near the K-th and (K+1)-th singular
-values are.
+twin, two prompts: ``measure_prompts`` and ``combine`` (called as
+scripts/measure_coupling.py calls them) give M[l, l′] = m̃(U′_Kᵀ J^l V′_K) of the last
+token's self-Jacobians. The reference takes each J^l = ∂x^l_T / ∂x^{l−1}_T − I (the
+residual branch's Jacobian, §3; the last block including the final norm, Eq. 7) by
+torch.autograd through the whole model (``tests/whole_model_jacobians.py``), its top-K
+singular vectors by numpy.linalg.svd, and m̃(A) = ‖A − Diag A‖_F / ‖A‖_F (Eq. 14) in
+float64. Both run in float64, so the bound (1e-9) leaves only rounding, amplified by how
+near the K-th and (K+1)-th singular values are.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from layerlaws.coupling.miscoupling import METRICS
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model
-from tests.conftest import llama_tokenizer
 from tests.tiny_models import (
     ALL_FAMILIES,
     FLOAT32_FAMILIES,
@@ -68,11 +67,6 @@ def assert_same_measurement(found: PromptMeasurement, expected: PromptMeasuremen
         np.testing.assert_allclose(
             getattr(found, name), reference, rtol=0, atol=rtol * np.abs(reference).max()
         )
-
-
-@pytest.fixture(scope="module")
-def tokenizer(texts):
-    return llama_tokenizer(texts)
 
 
 @pytest.mark.parametrize("family", FLOAT64_FAMILIES)

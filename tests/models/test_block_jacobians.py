@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import llama_tokenizer
 from tiny_models import (
     ALL_FAMILIES,
     FLOAT32_FAMILIES,
@@ -61,11 +60,6 @@ def pair_differences(jacobian: torch.Tensor, reference: torch.Tensor) -> torch.T
     difference = (jacobian - reference).abs().amax(dim=(1, 3))
     scale = reference.abs().amax(dim=(1, 3))
     return torch.where(scale > 0, difference / scale, difference * torch.inf).nan_to_num(0.0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(texts):
-    return llama_tokenizer(texts)
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)

@@ -14,7 +14,6 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from conftest import llama_tokenizer
 from tiny_models import ENCODER_OPTIONS, FAMILIES, WIDTH, save_tiny_model
 from whole_model_jacobians import scanned_blocks
 
@@ -51,11 +50,6 @@ RMSNORM_FAMILIES = {
 }
 """Families whose norm is an RMSNorm (the others use LayerNorm), from their papers."""
 POST_LN_FAMILIES = {"openai-gpt"}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(texts):
-    return llama_tokenizer(texts)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import pytest
 import scipy.special
 import scipy.stats
 import torch
-from conftest import llama_tokenizer
 from tiny_models import tiny_config
 
 from layerlaws.models.architectures import auto_class
@@ -35,11 +34,6 @@ FAMILIES = {
 }
 """Families with each kind of head, and the output scaling they are built with."""
 IDS = torch.tensor([[1, 5, 9, 14, 3, 7, 22, 4]])
-
-
-@pytest.fixture(scope="module")
-def tokenizer(texts):
-    return llama_tokenizer(texts)
 
 
 def tiny_model(family: str, tokenizer, **options) -> torch.nn.Module:
