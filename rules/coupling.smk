@@ -68,7 +68,7 @@ rule measure_coupling_shard:
         **COUPLING_PARAMS,
         shards=config["coupling"]["shards"],
     script:
-        "../scripts/measure_coupling_shard.py"
+        "../scripts/measure_coupling.py"
 
 
 rule plot_coupling:

@@ -1,13 +1,14 @@
-"""Snakemake entry point: block coupling and trajectories of a prompt set, for the trained
-model and its randomly initialised twin, or for a training checkpoint its own step-0
-weights (results/coupling/{model}/{prompts}/, trajectories in its trajectories/); with
-``coupling.shards`` above 1, the shards' measurements merged
-(``layerlaws.coupling.job``).
+"""Snakemake entry point of ``measure_coupling`` and ``measure_coupling_shard``: block
+coupling and trajectories of a prompt set, for the trained model and its randomly
+initialised twin, or for a training checkpoint its own step-0 weights
+(results/coupling/{model}/{prompts}/, trajectories in its trajectories/). With
+``coupling.shards`` above 1, a shard job measures every N-th prompt into
+shards/{shard}.pt and ``measure_coupling`` merges the shards (``layerlaws.coupling.job``).
 
-The measurements of the prompts done are saved beside depth.csv (``.resume/depth.csv.pt``,
-``layerlaws.core.progress``) at most every ``execution.checkpoint_minutes``; a rerun after
-a kill measures only the prompts left, and the save is removed once every output is
-written."""
+The measurements of the prompts done are saved beside the job's first output
+(``.resume/depth.csv.pt``, ``layerlaws.core.progress``) at most every
+``execution.checkpoint_minutes``; a rerun after a kill measures only the prompts left, and
+the save is removed once every output is written."""
 
 import logging
 
@@ -15,44 +16,63 @@ import torch
 
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
-from layerlaws.coupling.job import job_prompts, measure_job, read_shards, write_tables
-from layerlaws.coupling.measurement import TokenCoupling, combine
+from layerlaws.coupling.job import (
+    DeviceRequest,
+    job_prompts,
+    measure_job,
+    read_shards,
+    write_shard,
+    write_tables,
+)
+from layerlaws.coupling.measurement import TokenCoupling, combine, shard_prompts
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.facts import read_facts
 from layerlaws.pipeline.execution import Execution
 
 
 def main() -> None:
-    execution, params = Execution.from_config(snakemake.config), snakemake.params
-    output = snakemake.output
+    execution, params, output = (
+        Execution.from_config(snakemake.config),
+        snakemake.params,
+        snakemake.output,
+    )
     settings = CouplingSettings.from_params(params)
     model, initial = snakemake.input.model, snakemake.input.initial
     prompts, labels = job_prompts(model, params.prompts, snakemake.input.sentences)
+    shard = snakemake.wildcards.get("shard")
     saves = job_saves(
-        output.depth,
+        output[0],
         [model, *snakemake.input.sentences, *initial],
         dict(params.items()),
         execution.checkpoint_minutes,
     )
-    if snakemake.input.shards:
-        measured = read_shards(snakemake.input.shards, len(prompts))
+    shards = getattr(snakemake.input, "shards", [])
+    if shards:
+        measured = read_shards(shards, len(prompts))
     else:
         torch.set_num_threads(snakemake.threads)
         measured = measure_job(
             model,
             initial[0] if initial else None,
             prompts,
-            range(len(prompts)),
+            range(len(prompts))
+            if shard is None
+            else shard_prompts(len(prompts), int(shard), params.shards),
             settings=settings,
             dtype=params.dtype,
             jacobian_prompts=params.prompts["jacobian_prompts"],
-            execution=execution,
-            gpus=max(1, snakemake.resources.gpu),
+            devices=DeviceRequest(
+                execution.device, execution.lock_dir, max(1, snakemake.resources.gpu)
+            ),
+            vjp_chunk=execution.vjp_chunk,
             saves=saves,
         )
-    token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
-    weights = list(dict.fromkeys(name for name, _ in measured))  # trained, random
-    write_tables(output, combine(measured, weights, labels, token_coupling, settings))
+    if shard is not None:
+        write_shard(output[0], measured)
+    else:
+        token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
+        weights = list(dict.fromkeys(name for name, _ in measured))  # trained, random
+        write_tables(output, combine(measured, weights, labels, token_coupling, settings))
     logging.getLogger("layerlaws").info("progress saves: %s", saves.finish())
 
 

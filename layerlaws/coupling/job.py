@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,20 @@ from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import coupling_twins, load_tokenizer, plan_placement
-from layerlaws.pipeline.execution import Execution
 from layerlaws.text.corpus import prompt_texts
 from layerlaws.text.tokens import tokenize_prompts
 
 log = logging.getLogger("layerlaws")
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """What a job claims: ``device`` (``auto``, ``cpu`` or ``cuda``; ``execution.device``),
+    ``gpus`` of them, through the locks in ``lock_dir``."""
+
+    device: str
+    lock_dir: str
+    gpus: int
 
 
 def job_prompts(
@@ -67,15 +77,15 @@ def measure_job(
     settings: CouplingSettings,
     dtype: str,
     jacobian_prompts: int | None,
-    execution: Execution,
-    gpus: int,
+    devices: DeviceRequest,
+    vjp_chunk: int,
     saves: ProgressSaves,
 ) -> Measured:
     """The prompts of ``indices`` measured under the prepared ``model``'s weights and its
     random twin (the step-0 weights ``initial`` of a training checkpoint), on the devices
-    the job claims."""
+    the job claims, ``vjp_chunk`` products at a time."""
     token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
-    with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
+    with claim_devices(devices.device, devices.lock_dir, devices.gpus) as claim:
         log.info(
             "running on %s; prompts %s of %d, token layer pairs %s",
             claim.describe(),
@@ -91,7 +101,7 @@ def measure_job(
             indices,
             token_coupling=token_coupling,
             settings=settings,
-            vjp_chunk=execution.vjp_chunk,
+            vjp_chunk=vjp_chunk,
             device=claim.device,
             saves=saves,
             jacobian_prompts=jacobian_prompts,

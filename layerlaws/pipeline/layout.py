@@ -99,9 +99,13 @@ class Layout:
         """A model's block coupling on a prompt set, and its figures."""
         return f"{self.root}/coupling/{model}/{prompts}"
 
+    def coupling_shards(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
+        """The shards' measurements of a coupling job (``coupling.shards``)."""
+        return f"{self.coupling(model, prompts)}/shards"
+
     def coupling_shard(self, model: str = MODEL, prompts: str = PROMPTS, shard: str = SHARD) -> str:
-        """One shard's measurements of a coupling job (``coupling.shards``)."""
-        return f"{self.coupling(model, prompts)}/shards/{shard}.pt"
+        """One shard's measurements."""
+        return f"{self.coupling_shards(model, prompts)}/{shard}.pt"
 
     def trajectories(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
         """A model's hidden trajectories on a prompt set, and their figures."""
@@ -145,6 +149,7 @@ class Layout:
                 "corpus_comparison",
                 "own_corpus",
                 "coupling",
+                "coupling_shards",
                 "trajectories",
                 "series",
                 "synthetic",

@@ -73,7 +73,7 @@ def test_a_missing_key_is_named(block, key):
         ("ks", [10, 2.5], r"coupling\.ks: expected an integer, got 2\.5"),
         ("token_layers", [[1, 2, 3]], r"coupling\.token_layers: .*a list of 2 items"),
         ("final_norm", True, r"coupling\.final_norm: expected one of in_last_block, excluded"),
-        ("svd", "lanczos", r"coupling\.svd: expected one of full, randomized"),
+        ("svd", "lanczos", r"coupling\.svd: expected one of auto, full, randomized"),
         (
             "metrics",
             ["paper", "trace"],
