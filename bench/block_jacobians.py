@@ -27,7 +27,8 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path[:0] = [str(TESTS), str(TESTS / "models")]
 
 import conftest  # noqa: E402  (sets the offline, temporary caches the tiny models use)
-from test_block_jacobians import ALL_FAMILIES, BLOCKS, PROMPT, tiny_family_model  # noqa: E402
+from test_block_jacobians import BLOCKS, PROMPT  # noqa: E402
+from tiny_models import ALL_FAMILIES, tiny_family_model  # noqa: E402
 from whole_model_jacobians import (  # noqa: E402
     pipeline_step_jacobian,
     reference_step_jacobian,

@@ -47,7 +47,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from layerlaws.coupling.costs import TOKEN_LOCAL, WHOLE_SEQUENCE
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
-from layerlaws.coupling.measurement import TokenCoupling, block_jacobians, measure_prompt
+from layerlaws.coupling.measurement import BlockJacobians, TokenCoupling, measure_prompt
 from layerlaws.coupling.miscoupling import metric_matrices
 from layerlaws.coupling.operators import (
     DenseJacobian,
@@ -159,7 +159,7 @@ def local_product_seconds(model, ids: torch.Tensor, block: int, vjp_chunk: int) 
     formed by d VJPs, divided by d."""
     calls, streams = trace_blocks(model, ids)
     last, width = ids.shape[1] - 1, streams.shape[2]
-    jacobians = block_jacobians(calls[block], streams[block], TOKEN_LOCAL, vjp_chunk)
+    jacobians = BlockJacobians(calls[block], streams[block], "full", TOKEN_LOCAL, vjp_chunk)
     _, seconds = best_of(lambda: jacobians.between(last, [last])[0].matrix, 2)
     return seconds / width
 
@@ -208,7 +208,7 @@ def sampled_comparison(model, ids: torch.Tensor, vjp_chunk: int) -> None:
 
         def factored(block: int, output: int, inputs: list[int], p: str = products) -> float:
             started = time.perf_counter()
-            jacobians = block_jacobians(calls[block], streams[block], p, vjp_chunk)
+            jacobians = BlockJacobians(calls[block], streams[block], "full", p, vjp_chunk)
             for jacobian in jacobians.between(output, inputs):
                 top_singular(jacobian.matrix, K)
             return time.perf_counter() - started

@@ -40,30 +40,29 @@ def main() -> None:
     model, initial = snakemake.input.model, snakemake.input.initial
     prompts, labels = job_prompts(model, params.prompts, snakemake.input.sentences)
     shard = snakemake.wildcards.get("shard")
-    saves = job_saves(
-        output[0],
-        [model, *snakemake.input.sentences, *initial],
-        dict(params.items()),
-        execution.checkpoint_minutes,
-    )
     shards = getattr(snakemake.input, "shards", [])
     if shards:
-        measured = read_shards(shards, len(prompts))
+        measured, saves = read_shards(shards, len(prompts)), None
     else:
+        saves = job_saves(
+            output[0],
+            [model, *snakemake.input.sentences, *initial],
+            dict(params.items()),
+            execution.checkpoint_minutes,
+        )
         torch.set_num_threads(snakemake.threads)
+        gpus = max(1, snakemake.resources.gpu)
+        devices = DeviceRequest(execution.device, execution.lock_dir, gpus)
+        count = len(prompts)
         measured = measure_job(
             model,
             initial[0] if initial else None,
             prompts,
-            range(len(prompts))
-            if shard is None
-            else shard_prompts(len(prompts), int(shard), params.shards),
+            range(count) if shard is None else shard_prompts(count, int(shard), params.shards),
             settings=settings,
             dtype=params.dtype,
             jacobian_prompts=params.prompts["jacobian_prompts"],
-            devices=DeviceRequest(
-                execution.device, execution.lock_dir, max(1, snakemake.resources.gpu)
-            ),
+            devices=devices,
             vjp_chunk=execution.vjp_chunk,
             saves=saves,
         )
@@ -73,7 +72,8 @@ def main() -> None:
         token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
         weights = list(dict.fromkeys(name for name, _ in measured))  # trained, random
         write_tables(output, combine(measured, weights, labels, token_coupling, settings))
-    logging.getLogger("layerlaws").info("progress saves: %s", saves.finish())
+    if saves is not None:  # removed once every output is written
+        logging.getLogger("layerlaws").info("progress saves: %s", saves.finish())
 
 
 run_logged(main, snakemake.log[0])

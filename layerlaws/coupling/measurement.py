@@ -142,13 +142,13 @@ class BlockJacobians:
     otherwise (``Linearisation``)."""
 
     def __init__(
-        self, call: BlockCall, stream: torch.Tensor, settings: CouplingSettings, vjp_chunk: int
+        self, call: BlockCall, stream: torch.Tensor, svd: str, products: str, vjp_chunk: int
     ) -> None:
-        self.matrix_free = settings.svd == MATRIX_FREE
+        self.matrix_free = svd == MATRIX_FREE
         self.whole = Linearisation(call.branch, stream, vjp_chunk)
         self.local = (
             TokenLocalBlock(call, stream, vjp_chunk * stream.shape[0])
-            if settings.products == TOKEN_LOCAL
+            if products == TOKEN_LOCAL
             else None
         )
 
@@ -160,14 +160,6 @@ class BlockJacobians:
         if self.matrix_free:
             return [TokenJacobian(products, t1) for t1 in inputs]
         return [DenseJacobian(matrix) for matrix in products.rows(list(inputs))]
-
-
-def block_jacobians(
-    call: BlockCall, stream: torch.Tensor, products: str, vjp_chunk: int, svd: str = "full"
-) -> BlockJacobians:
-    """The Jacobians of one block at its stream (T, d), formed (``svd`` full or
-    randomized) or matrix-free, by ``products`` (``token_local`` or ``whole_sequence``)."""
-    return BlockJacobians(call, stream, CouplingSettings(svd=svd, products=products), vjp_chunk)
 
 
 def _factors(operator: Operator, k: int, svd: str, seed: int) -> Factors:
@@ -257,7 +249,7 @@ def _measure_jacobians(
 
     seed, swapped = settings.svd_seed, needs_swapped(settings.metrics)
     depth = [
-        BlockJacobians(call, stream, settings, vjp_chunk).between(last, [last])[0]
+        BlockJacobians(call, stream, svd, settings.products, vjp_chunk).between(last, [last])[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
     depth_factors = [_factors(j, k_max, svd, seed) for j in depth]
@@ -291,7 +283,7 @@ def _measure_jacobians(
     needs_values = bool(set(settings.metrics) - OWN_VALUES_FREE)
     jacobians = {
         layer: _token_jacobians(
-            BlockJacobians(calls[layer - 1], streams[layer - 1], settings, vjp_chunk),
+            BlockJacobians(calls[layer - 1], streams[layer - 1], svd, settings.products, vjp_chunk),
             length,
             fixed_input,
             fixed_output,
@@ -437,6 +429,7 @@ def measure_prompts(
         for weights in models
         for index in indices
     ]
+    longest = max(len(prompt) for prompt in prompts)
     measured = _resumed(saves, units) if saves is not None else []
     for number, (weights, index, ids) in enumerate(units[len(measured) :], start=len(measured) + 1):
         measured.append(
@@ -446,7 +439,7 @@ def measure_prompts(
                 token_coupling=token_coupling,
                 settings=settings,
                 vjp_chunk=vjp_chunk,
-                svd_length=max(len(prompt) for prompt in prompts),
+                svd_length=longest,
                 jacobians=jacobian_prompts is None or index < jacobian_prompts,
             )
         )
