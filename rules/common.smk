@@ -126,6 +126,17 @@ def prompt_sentences(wildcards):
     return TARGETS.prompt_sentences(wildcards.prompts)
 
 
+def pass_shards(wildcards):
+    """The shard files of an equi-learning pass (none when it is one job)."""
+    shards = config["equilearning"]["shards"]
+    if shards == 1:
+        return []
+    return [
+        LAYOUT.equilearning_shard(wildcards.model, wildcards.dataset, str(shard))
+        for shard in range(shards)
+    ]
+
+
 def coupling_shards(wildcards):
     """The shard files of a coupling job (none when it is one job)."""
     shards = config["coupling"]["shards"]

@@ -2,10 +2,32 @@
 # the law fit, figures and the cross-run summary.
 
 
+PASS_PARAMS = {
+    **{
+        key: config["equilearning"][key]
+        for key in (
+            "offsets",
+            "norms",
+            "controls",
+            "shuffle",
+            "shuffle_seed",
+            "cutoff",
+            "fuzziness",
+            "token_views",
+            "special_tokens",
+            "masking",
+        )
+    },
+    "probe": model_probe,
+    "dtype": model_dtype,
+}
+
+
 rule equilearning_pass:
     input:
         tokens=LAYOUT.tokens(),
         model=LAYOUT.model(),
+        shards=pass_shards,
     output:
         pr=f"{LAYOUT.equilearning()}/pr.csv",
         report=f"{LAYOUT.equilearning()}/pass.json",
@@ -19,18 +41,27 @@ rule equilearning_pass:
     resources:
         **needs(PLANNER.equilearning_pass),
     params:
-        offsets=config["equilearning"]["offsets"],
-        norms=config["equilearning"]["norms"],
-        controls=config["equilearning"]["controls"],
-        shuffle=config["equilearning"]["shuffle"],
-        shuffle_seed=config["equilearning"]["shuffle_seed"],
-        cutoff=config["equilearning"]["cutoff"],
-        fuzziness=config["equilearning"]["fuzziness"],
-        token_views=config["equilearning"]["token_views"],
-        special_tokens=config["equilearning"]["special_tokens"],
-        probe=model_probe,
-        masking=config["equilearning"]["masking"],
-        dtype=model_dtype,
+        **PASS_PARAMS,
+    script:
+        "../scripts/equilearning_pass.py"
+
+
+# With equilearning.shards above 1: each shard of a run's texts a job of its own (its
+# own device claim and progress saves), merged by equilearning_pass.
+rule equilearning_pass_shard:
+    input:
+        tokens=LAYOUT.tokens(),
+        model=LAYOUT.model(),
+    output:
+        LAYOUT.equilearning_shard(),
+    log:
+        LAYOUT.log("equilearning_pass_shard", "{model}", "{dataset}", "{shard}"),
+    threads: MODEL_THREADS
+    resources:
+        **needs(PLANNER.equilearning_pass_shard),
+    params:
+        **PASS_PARAMS,
+        shards=config["equilearning"]["shards"],
     script:
         "../scripts/equilearning_pass.py"
 

@@ -1,5 +1,9 @@
-"""Snakemake entry point: one forward pass of a model over a dataset's tokens that streams
-the equi-learning statistics and writes the PR table (results/equilearning/…/pr.csv)."""
+"""Snakemake entry point of ``equilearning_pass`` and ``equilearning_pass_shard``: one
+forward pass of a model over a dataset's tokens that streams the equi-learning statistics
+and writes the PR, fuzziness, token-view and evaluation tables
+(results/equilearning/…/pr.csv). With ``equilearning.shards`` above 1, a shard job runs
+the pass over every N-th text into shards/{shard}.pt and ``equilearning_pass`` merges the
+shards (``layerlaws.forward.shards``)."""
 
 import logging
 import os
@@ -11,32 +15,26 @@ import torch
 from layerlaws.core.atomic import write_csv, write_json, write_npz
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
-from layerlaws.equilearning.evaluation import HeldOutEvaluation
-from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
+from layerlaws.core.shards import shard_indices
+from layerlaws.equilearning.pass_observers import PassObservers
 from layerlaws.equilearning.settings import EquilearningSettings
-from layerlaws.equilearning.statistics import (
-    EquilearningStatistics,
-    check_enough_rows,
-    present_ids,
-)
-from layerlaws.equilearning.token_views import (
-    TokenViews,
-    ViewedRows,
-    default_layers,
-    word_token_ids,
-)
-from layerlaws.forward.masking import TARGET_OFFSETS, probe_of, probe_tokens
+from layerlaws.equilearning.statistics import check_enough_rows
+from layerlaws.forward.masking import probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.pipeline.execution import Execution
-from layerlaws.text.spans import token_spans, tokenizer_fingerprint
 
 
 def main() -> None:
     log = logging.getLogger("layerlaws")
-    execution, params = Execution.from_config(snakemake.config), snakemake.params
+    execution, params, output = (
+        Execution.from_config(snakemake.config),
+        snakemake.params,
+        snakemake.output,
+    )
     settings = EquilearningSettings.from_params(params)
     facts = read_facts(snakemake.input.model)
     tokenizer = load_tokenizer(snakemake.input.model)
@@ -49,81 +47,71 @@ def main() -> None:
         masking=settings.masking,
         special_tokens=settings.special_tokens,
     )
-    target_offset = TARGET_OFFSETS[probe]
     check_enough_rows(tokens, settings.offsets, facts.hidden_size)
-    statistics = EquilearningStatistics(
-        facts,
-        settings.offsets,
-        settings.norms,
-        settings.controls,
-        settings.shuffle_seed,
-        present_ids(tokens, settings.offsets) if settings.shuffle == "present" else None,
-    )
-    # The head is evaluated on its own task only: not an encoder saved without its
-    # masked-LM head, nor an encoder's head on next tokens (the table is one row of NaN).
-    evaluated = facts.lm_head_trained and probe == probe_of("auto", facts.model_type)
-    evaluation = HeldOutEvaluation(
-        target_offset,
-        token_spans(tokens, tokenizer) if evaluated else None,
-        tokenizer_fingerprint(tokenizer),
-    )
-    if not evaluated:
+
+    def built() -> PassObservers:
+        return PassObservers.build(tokens, facts, tokenizer, settings, probe)
+
+    observers = built()
+    if not observers.evaluated:
         log.warning(
             "no held-out evaluation: %s has no trained head for %s targets",
             snakemake.input.model,
             probe,
         )
-    classes = counted_classes(tokens, settings.fuzziness, target_offset)
-    fuzziness = SeparationFuzziness(facts, settings.norms, classes, target_offset)
-    views_settings = settings.token_views
-    word_ids = word_token_ids(views_settings.groups, tokenizer)
-    views = TokenViews(
-        facts,
-        ViewedRows.choose(tokens, word_ids, views_settings.max_rows),
-        views_settings.layers or default_layers(facts.num_layers),
-        views_settings.norm,
-    )
-    saves = job_saves(
-        snakemake.output.pr,
-        [snakemake.input.tokens, snakemake.input.model],
-        dict(params.items()),
-        execution.checkpoint_minutes,
-    )
-    torch.set_num_threads(snakemake.threads)
-    gpus = max(1, snakemake.resources.gpu)
-    with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
-        log.info(
-            "running on %s (CUDA_VISIBLE_DEVICES=%r)",
-            claim.describe(),
-            os.environ.get("CUDA_VISIBLE_DEVICES"),
+    shard = snakemake.wildcards.get("shard")
+    shards = getattr(snakemake.input, "shards", [])
+    saves = None
+    if shards:
+        report = merge_pass_shards(shards, observers.all, lambda: built().all)
+    else:
+        saves = job_saves(
+            output[0],
+            [snakemake.input.tokens, snakemake.input.model],
+            dict(params.items()),
+            execution.checkpoint_minutes,
         )
-        placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
-        model = load_model(snakemake.input.model, params.dtype, placement)
-        report = run_forward_pass(
-            model,
-            facts,
-            tokens,
-            [statistics, fuzziness, views],
-            execution.batch_size,
-            claim.device,
-            logit_observers=[evaluation] if evaluated else [],
-            saves=saves,
-        )
-    write_csv(snakemake.output.pr, statistics.table(settings.cutoff))
-    held_out = evaluation.table()
-    write_csv(snakemake.output.evaluation, held_out)
-    write_csv(snakemake.output.fuzziness, fuzziness.table(settings.cutoff))
-    write_csv(snakemake.output.token_views, views.table(views_settings.groups))
-    write_npz(snakemake.output.token_states, views.arrays())
-    write_json(
-        snakemake.output.report, {**asdict(facts), **report, **saves.finish(), "probe": probe}
-    )
+        count = tokens["sentence_id"].n_unique()
+        torch.set_num_threads(snakemake.threads)
+        gpus = max(1, snakemake.resources.gpu)
+        with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
+            log.info(
+                "running on %s (CUDA_VISIBLE_DEVICES=%r)%s",
+                claim.describe(),
+                os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "" if shard is None else f"; shard {shard} of {params.shards}",
+            )
+            placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
+            model = load_model(snakemake.input.model, params.dtype, placement)
+            report = run_forward_pass(
+                model,
+                facts,
+                tokens,
+                observers.observers,
+                execution.batch_size,
+                claim.device,
+                logit_observers=observers.logit_observers,
+                saves=saves,
+                sequence_indices=None
+                if shard is None
+                else shard_indices(count, int(shard), params.shards),
+            )
+    if shard is not None:
+        write_pass_shard(output[0], observers.all, report)
+        log.info("progress saves: %s", saves.finish())
+        return
+    tables = observers.tables(settings)
+    for name, table in tables.items():
+        write_csv(output[name], table)
+    write_npz(output.token_states, observers.token_states())
+    progress = saves.finish() if saves is not None else {}
+    write_json(output.report, {**asdict(facts), **report, **progress, "probe": probe})
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
         report["n_rows"],
         facts.num_layers + 1,
         report["tokens_per_second"] or 0,
-        held_out["loss"][0],
+        tables["evaluation"]["loss"][0],
     )
 
 

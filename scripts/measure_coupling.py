@@ -16,6 +16,7 @@ import torch
 
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
+from layerlaws.core.shards import shard_indices
 from layerlaws.coupling.job import (
     DeviceRequest,
     job_prompts,
@@ -24,7 +25,7 @@ from layerlaws.coupling.job import (
     write_shard,
     write_tables,
 )
-from layerlaws.coupling.measurement import TokenCoupling, combine, shard_prompts
+from layerlaws.coupling.measurement import TokenCoupling, combine
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.facts import read_facts
 from layerlaws.pipeline.execution import Execution
@@ -58,7 +59,7 @@ def main() -> None:
             model,
             initial[0] if initial else None,
             prompts,
-            range(count) if shard is None else shard_prompts(count, int(shard), params.shards),
+            range(count) if shard is None else shard_indices(count, int(shard), params.shards),
             settings=settings,
             dtype=params.dtype,
             jacobian_prompts=params.prompts["jacobian_prompts"],

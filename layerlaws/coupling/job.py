@@ -3,7 +3,7 @@ and random weights on the devices it claims (``measure_coupling`` and
 ``measure_coupling_shard``), and the shards merged.
 
 A set split into ``coupling.shards`` shards runs as that many jobs, each with
-its own device claim and progress saves, over every N-th prompt (``shard_prompts``);
+its own device claim and progress saves, over every N-th prompt (``layerlaws.core.shards``);
 each writes its ``PromptMeasurement``s, and the set's job combines them into the tables
 one job writes (each prompt's numbers depend on nothing but that prompt: every
 randomised SVD starts from ``svd_seed`` anew, and ``svd: auto`` decides for the set's

@@ -397,13 +397,6 @@ Measured = dict[tuple[str, int], PromptMeasurement]
 """Prompt measurements by (weights, prompt index)."""
 
 
-def shard_prompts(count: int, shard: int, shards: int) -> range:
-    """The prompt indices of shard ``shard`` (0-based) of ``shards``: every ``shards``-th
-    from ``shard`` on, so that the shards' sizes, and their shares of the first
-    ``jacobian_prompts``, differ by one at most."""
-    return range(shard, count, shards)
-
-
 def measure_prompts(
     models: Mapping[str, Any],
     prompts: Sequence[Sequence[int]],

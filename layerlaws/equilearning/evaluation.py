@@ -89,6 +89,11 @@ class HeldOutEvaluation:
         self.correct += correct
         self.count += int(self._defined.sum())
 
+    def merge_(self, other: HeldOutEvaluation) -> None:
+        """Add the sums of ``other`` (another shard's evaluation)."""
+        for name in self.progress_attributes:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def _bits_per(self, units: int) -> float | None:
         if self.spans is None:
             return None

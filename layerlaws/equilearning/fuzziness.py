@@ -313,13 +313,31 @@ class SeparationFuzziness:
         )
         sums.index_add_(0, local.to(device), transformed - reference.to(device))
         sums = sums.cpu()
+        return reference, Moments.of_rows(transformed), *self._fold(key, sums, plan, self._present)
+
+    def _fold(
+        self, key: tuple[int, str], sums: torch.Tensor, plan: BatchPlan, present: np.ndarray
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """The contribution to B of the classes ``plan`` closes, given ``sums`` (about the
+        reference) of the ``present`` classes' new rows; the blocks to grow; ``sums``."""
         closing = sums[plan.closing]
         held = plan.closing_slots >= 0
         closing[torch.from_numpy(held)] += self.open[key].gather(plan.closing_slots[held])
-        sizes = torch.from_numpy(self.classes.sizes[self._present[plan.closing]])
+        sizes = torch.from_numpy(self.classes.sizes[present[plan.closing]])
         contribution = closing.T @ (closing / sizes[:, None])
         grown = self.open[key].new_blocks(self.open[key].blocks_for(plan.occupied))
-        return reference, Moments.of_rows(transformed), contribution, grown, sums
+        return contribution, grown, sums
+
+    def _commit(self, layer: int, prepared: list[tuple[Any, ...]], plan: BatchPlan) -> None:
+        """Merge what ``_prepare`` or ``_shifted`` computed for each norm of ``layer``."""
+        count = self.open[layer, prepared[0][0]].blocks_for(plan.occupied)
+        for norm, (reference, moments, contribution, grown, sums) in prepared:
+            key = (layer, norm)
+            self.reference[key] = reference
+            self.total[key].merge_(moments)
+            self.folded[key] += contribution
+            freed = plan.closing_slots[plan.closing_slots >= 0]
+            self.open[key].merge_(grown, freed, plan.staying_slots, sums[plan.staying], count)
 
     def observe(self, layer: int, states: torch.Tensor) -> None:
         """Merge the counted rows of one batch of ``layer``; everything is computed (and
@@ -340,15 +358,67 @@ class SeparationFuzziness:
             )
             for norm in self._norms_of(layer)
         ]
-        count = self.open[layer, prepared[0][0]].blocks_for(plan.occupied)
-        for norm, (reference, moments, contribution, grown, sums) in prepared:
-            key = (layer, norm)
-            self.reference[key] = reference
-            self.total[key].merge_(moments)
-            self.folded[key] += contribution
-            freed = plan.closing_slots[plan.closing_slots >= 0]
-            self.open[key].merge_(grown, freed, plan.staying_slots, sums[plan.staying], count)
+        self._commit(layer, prepared, plan)
         self.slots[layer].apply(self._present, plan)
+
+    def merge_(self, other: SeparationFuzziness) -> None:
+        """Merge another shard's statistics (rows of other sequences, the same classes).
+
+        Its classes that closed are in its B about its reference r′; moved to ours, r,
+        with δ = r′ − r and T′, N′ the sum (about r′) and rows of those classes:
+        B += B′ + T′δᵀ + δT′ᵀ + N′δδᵀ. Its open classes' sums, moved by n′_c δ, are merged
+        as a batch's class sums are: the classes they complete fold into B.
+        """
+        for layer, theirs in other.slots.items():
+            norms = [norm for norm in self._norms_of(layer) if (layer, norm) in other.reference]
+            if not norms:
+                continue
+            self._store(layer, len(other.reference[layer, norms[0]]), torch.device("cpu"))
+            ours = self.slots[layer]
+            closed = np.flatnonzero(theirs.seen == theirs.sizes)
+            if (ours.seen[closed] > 0).any():
+                raise LayerlawsError(
+                    "two shards of the pass showed rows of the same fuzziness class in full; "
+                    "the shards must hold different sequences"
+                )
+            present = np.flatnonzero((theirs.seen > 0) & (theirs.seen < theirs.sizes))
+            plan = ours.plan(present, theirs.seen[present])
+            prepared = [
+                (norm, self._shifted((layer, norm), other, theirs.slot[present], plan, present))
+                for norm in norms
+            ]
+            self._commit(layer, prepared, plan)
+            ours.apply(present, plan)
+            ours.seen[closed] = ours.sizes[closed]
+
+    def _shifted(
+        self,
+        key: tuple[int, str],
+        other: SeparationFuzziness,
+        slots: np.ndarray,
+        plan: BatchPlan,
+        present: np.ndarray,
+    ) -> tuple[Any, ...]:
+        """What ``_commit`` merges of ``other``'s statistics of ``key``, moved to our
+        reference (ours, or theirs when we have none)."""
+        theirs = other.reference[key]
+        reference = self.reference.get(key, theirs)
+        delta = theirs - reference
+        total = other.total[key].to("cpu")
+        open_sums = other.open[key].gather(slots)
+        seen = torch.from_numpy(other.slots[key[0]].seen[present]).to(torch.float64)
+        closed_sum = total.n * (total.mean - theirs) - open_sums.sum(0)
+        closed_rows = total.n - float(seen.sum())
+        folded = (
+            other.folded[key]
+            + torch.outer(closed_sum, delta)
+            + torch.outer(delta, closed_sum)
+            + closed_rows * torch.outer(delta, delta)
+        )
+        contribution, grown, sums = self._fold(
+            key, open_sums + seen[:, None] * delta, plan, present
+        )
+        return reference, total, folded + contribution, grown, sums
 
     @property
     def held_sums(self) -> int:

@@ -217,6 +217,13 @@ class EquilearningStatistics:
         for moments, rows in prepared:
             moments.add_rows_(rows)
 
+    def merge_(self, other: EquilearningStatistics) -> None:
+        """Merge the moments of ``other`` (another shard's rows), in float64 (Chan, Golub
+        & LeVeque's pairwise update)."""
+        for store, merged in ((self.total, other.total), (self.lacking, other.lacking)):
+            for key, moments in merged.items():
+                store[key] = store[key] + moments if key in store else moments
+
     @staticmethod
     def _accumulator(store: dict, key: tuple, rows: torch.Tensor) -> Moments:
         """The moments of ``key``, created (empty) when first needed."""

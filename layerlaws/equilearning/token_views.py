@@ -129,6 +129,11 @@ class TokenViews:
         kept = normalized(features, norm, self.facts).float().cpu().numpy()
         self.states[layer].append((self._batch_numbers.copy(), kept))
 
+    def merge_(self, other: TokenViews) -> None:
+        """Add the rows ``other`` (another shard) kept."""
+        for layer, parts in other.states.items():
+            self.states[layer].extend(parts)
+
     def arrays(self) -> dict[str, np.ndarray]:
         """``layer_{l}``: (rows, hidden_size) float32 in the order of ``rows.table``
         (sorted by row number; each row is observed once per layer)."""

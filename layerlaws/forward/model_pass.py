@@ -107,9 +107,13 @@ def text_rows(tokens: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Indices of sequences grouped into batches of similar length (longest first)."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+def length_sorted_batches(
+    lengths: list[int], batch_size: int, indices: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Indices of sequences (of ``indices``; all by default) grouped into batches of
+    similar length (longest first)."""
+    chosen = range(len(lengths)) if indices is None else indices
+    order = sorted(chosen, key=lambda i: (-lengths[i], i))
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
@@ -203,6 +207,10 @@ class Observer(Protocol):
         either complete or change nothing (it may be called again after an out-of-memory
         error)."""
 
+    def merge_(self, other: Any) -> None:
+        """Merge what ``other`` (an observer built alike, of a pass over other sequences:
+        another shard) has merged, as if this observer had seen its rows too."""
+
 
 class LogitObserver(Protocol):
     """Receives the output logits of a forward pass."""
@@ -216,6 +224,20 @@ class LogitObserver(Protocol):
     def observe_logits(self, logits: torch.Tensor) -> None:
         """Logits (n_text, vocab_size) of the current batch's rows; must either complete
         or change nothing."""
+
+    def merge_(self, other: Any) -> None:
+        """As ``Observer.merge_``."""
+
+
+def progress_of(observer: Observer | LogitObserver) -> dict[str, Any]:
+    """What ``observer`` has merged: its ``progress_attributes`` by name."""
+    return {name: getattr(observer, name) for name in observer.progress_attributes}
+
+
+def restore(observer: Observer | LogitObserver, progress: dict[str, Any]) -> None:
+    """Set what ``observer`` has merged to ``progress`` (``progress_of`` another)."""
+    for name, value in progress.items():
+        setattr(observer, name, value)
 
 
 class BatchOutOfMemory(Exception):
@@ -272,12 +294,15 @@ def run_forward_pass(
     progress: bool = True,
     logit_observers: Sequence[LogitObserver] = (),
     saves: ProgressSaves | None = None,
+    sequence_indices: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` over every sequence of ``tokens``, feeding ``observers`` the states of
     every layer and ``logit_observers`` the output logits.
 
     ``batch_size`` is a number of sequences or ``auto`` (see automatic_batch_size);
-    ``device`` is where the inputs go (the first layer's device). With ``saves`` the pass
+    ``device`` is where the inputs go (the first layer's device). ``sequence_indices``
+    (of the sequences in order of first appearance; all by default) runs a shard of the
+    pass: its rows keep their numbers among the whole table's. With ``saves`` the pass
     resumes from the last save of the same inputs and saves its progress as it goes (the
     caller removes the save once its outputs are written). Returns a report: rows
     observed, sequences, batch size, out-of-memory retries, seconds, tokens per second,
@@ -285,18 +310,20 @@ def run_forward_pass(
     """
     sequences = sequences_of(tokens)
     row_starts = first_rows(sequences)
-    n_rows = int(row_starts[-1])
-    if n_rows == 0:
+    if row_starts[-1] == 0:
         raise LayerlawsError("the tokens table holds no text tokens; nothing to measure")
+    chosen = range(len(sequences)) if sequence_indices is None else sequence_indices
+    n_rows = int(sum(row_starts[i + 1] - row_starts[i] for i in chosen))
     lengths = [len(s.token_ids) for s in sequences]
     compute_dtype = next(model.parameters()).dtype
     all_observers = [*observers, *logit_observers]
     devices = sorted({str(parameter.device) for parameter in model.parameters()})
-    resumed = _resumed(saves, all_observers, sequences, lengths, devices) if saves else None
+    resumed = _resumed(saves, all_observers, sequences, lengths, devices, chosen) if saves else None
     if resumed is not None:
         batch_size = resumed["batch_size"]
     elif batch_size == "auto":
-        batch_size = automatic_batch_size(facts, max(lengths), device, compute_dtype.itemsize)
+        longest = max((lengths[i] for i in chosen), default=1)
+        batch_size = automatic_batch_size(facts, longest, device, compute_dtype.itemsize)
         log.info("batch size %d (auto, %s)", batch_size, device)
     last_layer = facts.num_layers
     # The logits are observed as one more layer, L + 1, so a split batch resumes there.
@@ -348,7 +375,7 @@ def run_forward_pass(
                 f"expected ..{observed_layers - 1}"
             )
 
-    batches = length_sorted_batches(lengths, int(batch_size))
+    batches = length_sorted_batches(lengths, int(batch_size), chosen)
     done = resumed["batches_done"] if resumed else 0
     started = time.perf_counter()
     n_tokens = retries = 0
@@ -371,17 +398,14 @@ def run_forward_pass(
                 "batches_done": number,
                 "batches_hash": _batches_hash(sequences, batches[:number]),
                 "devices": devices,
-                "observers": [
-                    {name: getattr(o, name) for name in o.progress_attributes}
-                    for o in all_observers
-                ],
+                "observers": [progress_of(observer) for observer in all_observers],
             }
             saves.save_if_due(state, f"batch {number} of {len(batches)}")
     bar.close()
     seconds = time.perf_counter() - started
     return {
         "n_rows": n_rows,
-        "n_sequences": len(sequences),
+        "n_sequences": len(chosen),
         "n_tokens": n_tokens,
         "compute_dtype": str(compute_dtype).removeprefix("torch."),
         "device": device,
@@ -405,6 +429,7 @@ def _resumed(
     sequences: Sequence[TokenSequence],
     lengths: list[int],
     devices: list[str],
+    chosen: Sequence[int],
 ) -> dict[str, Any] | None:
     """The saved pass state, with ``observers`` restored from it; None when there is none
     or it cannot be used here (logged): made on other devices, by other observers, or
@@ -424,7 +449,7 @@ def _resumed(
         )
         return None
     done = state["batches_done"]
-    batches = length_sorted_batches(lengths, state["batch_size"])
+    batches = length_sorted_batches(lengths, state["batch_size"], chosen)
     if state["batches_hash"] != _batches_hash(sequences, batches[:done]):
         log.warning(
             "discarding the progress save %s: the %d batches it merged are not the first "
@@ -434,9 +459,6 @@ def _resumed(
         )
         return None
     for observer, attributes in zip(observers, state["observers"], strict=True):
-        for name, value in attributes.items():
-            setattr(observer, name, value)
-    log.info(
-        "resuming the pass after batch %d (%d sequences)", state["batches_done"], len(sequences)
-    )
+        restore(observer, attributes)
+    log.info("resuming the pass after batch %d (%d sequences)", state["batches_done"], len(chosen))
     return state

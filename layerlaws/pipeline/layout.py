@@ -73,6 +73,16 @@ class Layout:
         """A run's PR table, law fits, token views and figures."""
         return f"{self.root}/equilearning/{model}/{dataset}"
 
+    def equilearning_shards(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """The shards' observers of a pass (``equilearning.shards``)."""
+        return f"{self.equilearning(model, dataset)}/shards"
+
+    def equilearning_shard(
+        self, model: str = MODEL, dataset: str = DATASET, shard: str = SHARD
+    ) -> str:
+        """What one shard's observers merged."""
+        return f"{self.equilearning_shards(model, dataset)}/{shard}.pt"
+
     def evaluation(self, model: str = MODEL, dataset: str = DATASET) -> str:
         """A run's evaluation table (loss and accuracy of the probing task)."""
         return f"{self.root}/evaluation/{model}/{dataset}.csv"
@@ -144,6 +154,7 @@ class Layout:
                 "model",
                 "hidden",
                 "equilearning",
+                "equilearning_shards",
                 "equilearning_summary",
                 "signatures",
                 "corpus_comparison",

@@ -122,15 +122,23 @@ class JobPlanner:
         return min(tokens // 2, size.vocab_size)
 
     def _pass(
-        self, model: str, size: ModelSize, tokens: int, longest: int, *, tokens_path: str | Path
+        self,
+        model: str,
+        size: ModelSize,
+        tokens: int,
+        longest: int,
+        *,
+        tokens_path: str | Path,
+        shards: int = 1,
     ) -> Needs:
         """Needs of an equi-learning pass over ``tokens`` (those of ``tokens_path`` once it
-        exists)."""
+        exists), or of one of its ``shards`` jobs (a share of the tokens each, writing its
+        statistics)."""
         settings = self.config["equilearning"]
         return equilearning_pass_needs(
             size=size,
             dtype=self._model(model)["dtype"],
-            n_tokens=tokens,
+            n_tokens=-(-tokens // shards),
             batch_tokens=self._batch_tokens(longest),
             offsets=settings["offsets"],
             norms=settings["norms"],
@@ -139,6 +147,7 @@ class JobPlanner:
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
             fuzziness_open_classes=self._open_classes(size, tokens, tokens_path),
+            statistics_written=shards > 1,
         )
 
     def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
@@ -221,7 +230,25 @@ class JobPlanner:
         return job(wildcards.model, size, *self._known_tokens(wildcards.dataset, input.tokens))
 
     def equilearning_pass(self, wildcards: Any, input: Any) -> Needs:
-        return self._run_needs(wildcards, input, partial(self._pass, tokens_path=input.tokens))
+        """The whole pass, or (with shards) the merge of its shards on the CPU: the merged
+        statistics, one shard's read and one restored in host memory."""
+        shards = self.config["equilearning"]["shards"]
+        needs = self._run_needs(
+            wildcards, input, partial(self._pass, tokens_path=input.tokens, shards=shards)
+        )
+        return needs if shards == 1 else self._merge(3 * needs.disk_mb, needs.disk_mb)
+
+    def equilearning_pass_shard(self, wildcards: Any, input: Any) -> Needs:
+        shards = self.config["equilearning"]["shards"]
+        return self._run_needs(
+            wildcards, input, partial(self._pass, tokens_path=input.tokens, shards=shards)
+        )
+
+    @staticmethod
+    def _merge(held_mb: int, disk_mb: int) -> Needs:
+        """A job on the CPU that merges a sharded job's outputs, holding ``held_mb`` of them
+        in host memory and writing ``disk_mb``."""
+        return Needs(0, 0, HOST_BASE_MB + held_mb, disk_mb, 10)
 
     def extract_hidden(self, wildcards: Any, input: Any) -> Needs:
         return self._run_needs(wildcards, input, self._hidden)
@@ -235,7 +262,7 @@ class JobPlanner:
         needs = self._coupling(wildcards.model, size, wildcards.prompts)
         if self.config["coupling"]["shards"] == 1:
             return needs
-        return Needs(0, 0, HOST_BASE_MB + 2 * needs.disk_mb, needs.disk_mb, 10)
+        return self._merge(2 * needs.disk_mb, needs.disk_mb)
 
     def measure_coupling_shard(self, wildcards: Any, input: Any) -> Needs:
         size = self._known_size(wildcards.model, input.model)
@@ -318,25 +345,29 @@ class JobPlanner:
             size, sized_by = self.size(model)
             tokens, longest, counted = self.tokens(model, dataset)
             tokens_path = self.layout.tokens(model, dataset)
+            shards = self.config["equilearning"]["shards"]
+            needs = self._pass(model, size, tokens, longest, tokens_path=tokens_path, shards=shards)
+            share = -(-tokens // shards)
             jobs = [
-                (
-                    "equilearning_pass",
-                    self._pass(model, size, tokens, longest, tokens_path=tokens_path),
-                )
+                ("equilearning_pass", f"{dataset}[{shard}/{shards}]", share, needs)
+                for shard in range(shards)
             ]
+            if shards == 1:
+                jobs = [("equilearning_pass", dataset, tokens, needs)]
             if self.config["hidden_states"]["keep"]:
-                jobs.append(("extract_hidden", self._hidden(model, size, tokens, longest)))
-            for job, needs in jobs:
+                hidden = self._hidden(model, size, tokens, longest)
+                jobs.append(("extract_hidden", dataset, tokens, hidden))
+            for job, data, job_tokens, needs in jobs:
                 rows.append(
                     {
                         "job": job,
                         "model": model,
-                        "data": dataset,
+                        "data": data,
                         "parameters": size.parameters,
                         "sized_by": sized_by,
-                        "tokens": tokens,
+                        "tokens": job_tokens,
                         "tokens_known": counted,
-                        "cache_bytes_float32": hidden_states_bytes(size, tokens, 4),
+                        "cache_bytes_float32": hidden_states_bytes(size, job_tokens, 4),
                         **asdict(needs),
                     }
                 )

@@ -150,14 +150,18 @@ def equilearning_pass_needs(
     gpus: int | str,
     gpu_memory_gb: float,
     fuzziness_open_classes: int = 0,
+    statistics_written: bool = False,
 ) -> Needs:
     """Needs of the equi-learning pass: the model, its statistics on the device (the
     co-moments of the separation fuzziness included), the separation fuzziness's folded
     matrices and the sums of at most ``fuzziness_open_classes`` open classes (those of
-    two rows or more) in host memory, a PR table as output."""
+    two rows or more) in host memory, a PR table as output (a shard: every statistic,
+    with ``statistics_written``)."""
     width = size.hidden_size + len(offsets) * len(controls)
     statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
+    device_bytes = statistics_bytes(size, offsets, norms, controls) + fuzziness_bytes(size, norms)
+    host_bytes = class_sums_bytes(size, norms, fuzziness_open_classes)
     return model_pass_needs(
         size=size,
         dtype=dtype,
@@ -166,11 +170,10 @@ def equilearning_pass_needs(
         on_gpu=on_gpu,
         gpus=gpus,
         gpu_memory_gb=gpu_memory_gb,
-        device_bytes=statistics_bytes(size, offsets, norms, controls)
-        + fuzziness_bytes(size, norms),
-        host_bytes=class_sums_bytes(size, norms, fuzziness_open_classes),
+        device_bytes=device_bytes,
+        host_bytes=host_bytes,
         flops_per_token=statistics_flops,
-        output_bytes=rows * 64,
+        output_bytes=device_bytes + host_bytes if statistics_written else rows * 64,
     )
 
 

@@ -19,6 +19,7 @@ from snakemake_runs import run_ok, snakemake, write_config
 
 import layerlaws.coupling.measurement as measurement
 from layerlaws.core.progress import ProgressSaves
+from layerlaws.core.shards import shard_indices
 from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.loading import coupling_twins
@@ -242,7 +243,7 @@ def test_shards_of_a_prompt_set_combine_to_the_one_job_tables(llama_folder, unin
     coupling = TokenCoupling.of(SETTINGS, 4)
     measured = {}
     for shard in (1, 0):
-        indices = measurement.shard_prompts(len(PROMPTS), shard, 2)
+        indices = shard_indices(len(PROMPTS), shard, 2)
         assert list(indices) == ([0, 2] if shard == 0 else [1])
         measured |= measurement.measure_prompts(
             twins,

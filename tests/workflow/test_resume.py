@@ -59,3 +59,49 @@ def test_killed_model_passes_resume_to_the_uninterrupted_outputs(finished, base_
         assert np.array_equal(resumed.layer(layer), uninterrupted.layer(layer)), layer
     assert not (workdir / PASS / ".resume").exists()
     assert not (workdir / "results/hidden/tiny-llama/.resume").exists()
+
+
+def test_a_pass_in_killed_shards_resumes_and_merges_to_the_one_job_tables(
+    finished, base_config, tmp_path
+):
+    """``equilearning.shards: 2``: each shard of the tiny Llama's pass is killed after its
+    first save, resumed, and the shards merged: the one-job pass's tables within float32
+    rounding of the states (a text's states depend on the batch it is padded in), its
+    token views' states to the same bound."""
+    workdir = tmp_path / "sharded"
+    shutil.copytree(finished, workdir, symlinks=True)
+    execution = {**base_config["execution"], "checkpoint_minutes": 0}
+    equilearning = {**base_config.get("equilearning", {}), "shards": 2}
+    write_config(workdir, {**base_config, "execution": execution, "equilearning": equilearning})
+    environment = killing_environment(tmp_path / "fault")
+
+    killed = snakemake(workdir, f"{PASS}/pr.csv", "--keep-going", env=environment)
+    assert killed.returncode != 0
+    assert killed_saves(tmp_path / "fault") == [
+        f"{PASS}/shards/.resume/{shard}.pt.pt" for shard in (0, 1)
+    ]
+    run_ok(workdir, f"{PASS}/pr.csv", env=environment)
+    for shard in (0, 1):
+        log = workdir / f"results/logs/equilearning_pass_shard/tiny-llama/mini/{shard}.log"
+        assert "resuming the pass after batch 1" in log.read_text()
+    assert (
+        "merged the pass shard"
+        in (workdir / "results/logs/equilearning_pass/tiny-llama/mini.log").read_text()
+    )
+    for table in TABLES:
+        found, expected = (pl.read_csv(root / table) for root in [workdir, finished])
+        assert expected.height > 0 and found.columns == expected.columns, table
+        for column in expected.columns:
+            if expected[column].dtype.is_float():
+                np.testing.assert_allclose(
+                    found[column].to_numpy(), expected[column].to_numpy(), rtol=1e-4, err_msg=table
+                )
+            else:
+                assert found[column].equals(expected[column]), (table, column)
+    sharded, uninterrupted = (
+        np.load(root / PASS / "token_views.npz") for root in [workdir, finished]
+    )
+    assert uninterrupted.files and sharded.files == uninterrupted.files
+    for name in uninterrupted.files:
+        np.testing.assert_allclose(sharded[name], uninterrupted[name], rtol=1e-5, atol=1e-6)
+    assert not (workdir / PASS / "shards/.resume").exists()

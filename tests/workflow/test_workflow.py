@@ -497,13 +497,15 @@ def test_zoo_config_dry_runs(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_the_default_config_with_coupling_shards_plans_that_many_jobs(tmp_path):
-    """``coupling.shards: 3`` on the default config: each of its 6 coupling jobs
-    becomes 3 shard jobs, each claiming its own device, and a merge on the CPU; nothing
-    else changes."""
+def test_the_default_config_with_shards_plans_that_many_jobs(tmp_path):
+    """``coupling.shards: 3`` and ``equilearning.shards: 2`` on the default config: each
+    of its 6 coupling jobs becomes 3 shard jobs and each of its 12 passes 2, each claiming
+    its own device, and a merge on the CPU; nothing else changes."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     default = scheduled_jobs(tmp_path, configfile=REPO / "config.yaml")
     config["coupling"]["shards"] = 3
+    config["equilearning"]["shards"] = 2
     sharded = scheduled_jobs(tmp_path, configfile=write_config(tmp_path / "sharded", config))
     assert default["measure_coupling"] == 6 and "measure_coupling_shard" not in default
-    assert sharded == default | {"measure_coupling_shard": 18}
+    assert default["equilearning_pass"] == 12 and "equilearning_pass_shard" not in default
+    assert sharded == default | {"measure_coupling_shard": 18, "equilearning_pass_shard": 24}
