@@ -12,6 +12,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
@@ -88,6 +89,11 @@ def needs(job):
 
 def model_dtype(wildcards):
     return EXPANDED.models[wildcards.model]["dtype"]
+
+
+def model_quantization(stage):
+    """The model's quantisation in ``stage`` (passes or coupling), as a params function."""
+    return lambda wildcards: stage_quantization(EXPANDED.models[wildcards.model], stage)
 
 
 def model_probe(wildcards):

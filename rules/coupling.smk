@@ -21,6 +21,7 @@ COUPLING_PARAMS = {
         )
     },
     "dtype": model_dtype,
+    "quantization": model_quantization("coupling"),
 }
 
 

@@ -20,6 +20,7 @@ PASS_PARAMS = {
     },
     "probe": model_probe,
     "dtype": model_dtype,
+    "quantization": model_quantization("passes"),
 }
 
 

@@ -15,6 +15,7 @@ rule extract_hidden:
         **needs(PLANNER.extract_hidden),
     params:
         dtype=model_dtype,
+        quantization=model_quantization("passes"),
         storage_dtype=config["hidden_states"]["dtype"],
         special_tokens=config["equilearning"]["special_tokens"],
         probe=model_probe,

@@ -24,7 +24,7 @@ from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
+from layerlaws.models.loading import load_tokenizer, placed_model
 from layerlaws.pipeline.execution import Execution
 
 
@@ -81,8 +81,9 @@ def main() -> None:
                 os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "" if shard is None else f"; shard {shard} of {params.shards}",
             )
-            placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
-            model = load_model(snakemake.input.model, params.dtype, placement)
+            model = placed_model(
+                snakemake.input.model, params.dtype, claim.devices, params.quantization
+            )
             report = run_forward_pass(
                 model,
                 facts,

@@ -16,7 +16,7 @@ from layerlaws.forward.masking import probe_of, probe_tokens
 from layerlaws.forward.settings import MaskingSettings
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
+from layerlaws.models.loading import load_tokenizer, placed_model
 from layerlaws.pipeline.execution import Execution
 
 
@@ -49,8 +49,9 @@ def main() -> None:
             claim.describe(),
             os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
-        placement = plan_placement(snakemake.input.model, params.dtype, claim.devices)
-        model = load_model(snakemake.input.model, params.dtype, placement)
+        model = placed_model(
+            snakemake.input.model, params.dtype, claim.devices, params.quantization
+        )
         extract_hidden_states(
             model,
             facts,

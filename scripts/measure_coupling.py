@@ -62,6 +62,7 @@ def main() -> None:
             range(count) if shard is None else shard_indices(count, int(shard), params.shards),
             settings=settings,
             dtype=params.dtype,
+            quantization=params.quantization,
             jacobian_prompts=params.prompts["jacobian_prompts"],
             devices=devices,
             vjp_chunk=execution.vjp_chunk,

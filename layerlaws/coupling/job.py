@@ -76,14 +76,16 @@ def measure_job(
     *,
     settings: CouplingSettings,
     dtype: str,
+    quantization: str,
     jacobian_prompts: int | None,
     devices: DeviceRequest,
     vjp_chunk: int,
     saves: ProgressSaves,
 ) -> Measured:
     """The prompts of ``indices`` measured under the prepared ``model``'s weights and its
-    random twin (the step-0 weights ``initial`` of a training checkpoint), on the devices
-    the job claims, ``vjp_chunk`` products at a time."""
+    random twin (the step-0 weights ``initial`` of a training checkpoint), in ``dtype``
+    under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
+    time."""
     token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
     with claim_devices(devices.device, devices.lock_dir, devices.gpus) as claim:
         log.info(
@@ -93,8 +95,8 @@ def measure_job(
             len(prompts),
             token_coupling.layer_pairs,
         )
-        placement = plan_placement(model, dtype, claim.devices)
-        twins = coupling_twins(model, initial, dtype, placement, settings.init_seed)
+        placement = plan_placement(model, dtype, claim.devices, quantization=quantization)
+        twins = coupling_twins(model, initial, dtype, placement, settings.init_seed, quantization)
         return measure_prompts(
             twins,
             prompts,

@@ -315,7 +315,7 @@ def run_forward_pass(
     chosen = range(len(sequences)) if sequence_indices is None else sequence_indices
     n_rows = int(sum(row_starts[i + 1] - row_starts[i] for i in chosen))
     lengths = [len(s.token_ids) for s in sequences]
-    compute_dtype = next(model.parameters()).dtype
+    compute_dtype = model.get_input_embeddings().weight.dtype  # never quantised
     all_observers = [*observers, *logit_observers]
     devices = sorted({str(parameter.device) for parameter in model.parameters()})
     resumed = _resumed(saves, all_observers, sequences, lengths, devices, chosen) if saves else None

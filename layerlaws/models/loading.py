@@ -20,6 +20,13 @@ from layerlaws.models.architectures import (
 from layerlaws.models.facts import ModelFacts, read_facts, weights_folder
 from layerlaws.models.placement import check_fits, device_budgets, device_map
 from layerlaws.models.preparation import randomly_initialised, skeleton_of
+from layerlaws.models.quantization import (
+    check_quantized,
+    keep_differentiable,
+    quantization_config,
+    quantize_like,
+    quantized_modules,
+)
 
 
 def load_tokenizer(folder: str | Path) -> Any:
@@ -34,46 +41,73 @@ def plan_placement(
     dtype: str,
     devices: Sequence[str],
     budgets: Mapping[str, int] | None = None,
+    quantization: str = "none",
 ) -> str | dict[str, str]:
-    """Where a prepared model's weights go on ``devices``: the device itself, or for
-    several a device map that spreads its blocks over them within ``budgets`` (bytes of
-    weights per device; by default from the GPUs' free memory). Planned on a skeleton, so a
-    model that does not fit stops with a LayerlawsError before anything is loaded."""
+    """Where a prepared model's weights (in ``dtype``, or under ``quantization``) go on
+    ``devices``: the device itself, or for several a device map that spreads its blocks
+    over them within ``budgets`` (bytes of weights per device; by default from the GPUs'
+    free memory). Planned on a skeleton, so a model that does not fit stops with a
+    LayerlawsError before anything is loaded."""
     from transformers import AutoConfig
 
     skeleton = skeleton_of(AutoConfig.from_pretrained(str(weights_folder(folder))), False)
     if len(devices) == 1:
-        check_fits(skeleton, torch_dtype(dtype), devices[0])
+        check_fits(skeleton, torch_dtype(dtype), devices[0], quantization)
         return devices[0]
-    return device_map(skeleton, torch_dtype(dtype), budgets or device_budgets(devices))
+    budgets = budgets or device_budgets(devices)
+    return device_map(skeleton, torch_dtype(dtype), budgets, quantization)
 
 
 def load_model(
-    folder: str | Path, dtype: str, placement: str | Mapping[str, str], attention: str | None = None
+    folder: str | Path,
+    dtype: str,
+    placement: str | Mapping[str, str],
+    attention: str | None = None,
+    quantization: str = "none",
 ) -> Any:
     """A prepared model in evaluation mode, in ``dtype`` (a name of ``core.dtypes.DTYPES``),
     on one device or spread by a device map (``plan_placement``); ``attention`` picks the
     attention implementation (``eager`` for Jacobians, whose batching rules the fused kernels
-    lack)."""
+    lack); ``quantization`` quantises its linear layers as they are loaded
+    (``layerlaws.models.quantization``)."""
     options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
-    if not isinstance(placement, str):
+    quantized = quantization_config(quantization, torch_dtype(dtype))
+    if quantized is not None:
+        # Quantised weights are placed as they load: they cannot be moved after.
+        options["quantization_config"] = quantized
+        options["device_map"] = {"": placement} if isinstance(placement, str) else placement
+    elif not isinstance(placement, str):
         options["device_map"] = dict(placement)
     from transformers import AutoConfig
 
     weights = str(weights_folder(folder))
     model_type = AutoConfig.from_pretrained(weights).model_type
     model = auto_class(model_type).from_pretrained(weights, dtype=torch_dtype(dtype), **options)
-    if isinstance(placement, str):
+    if quantized is not None:
+        check_quantized(model, quantization)
+        keep_differentiable(model)
+    elif isinstance(placement, str):
         model = model.to(placement)
     return model.eval().requires_grad_(False)
 
 
+def placed_model(
+    folder: str | Path, dtype: str, devices: Sequence[str], quantization: str = "none"
+) -> Any:
+    """A prepared model loaded onto the ``devices`` a job claimed (``plan_placement``, then
+    ``load_model``)."""
+    placement = plan_placement(folder, dtype, devices, quantization=quantization)
+    return load_model(folder, dtype, placement, quantization=quantization)
+
+
 def randomly_initialised_twin(model: Any, init_seed: int) -> Any:
     """A model of the same architecture and config with freshly initialised weights, placed
-    like ``model``."""
+    like ``model`` and quantised like it."""
     twin = randomly_initialised(model, init_seed)
-    reference = next(model.parameters())
+    reference = model.get_input_embeddings().weight  # never quantised
     twin = twin.to(reference.dtype)
+    if quantized_modules(model):
+        twin = quantize_like(twin, model)
     if getattr(model, "hf_device_map", None):
         from accelerate import dispatch_model
 
@@ -89,13 +123,15 @@ def coupling_twins(
     dtype: str,
     placement: str | Mapping[str, str],
     init_seed: int,
+    quantization: str = "none",
 ) -> dict[str, Any]:
-    """The weights coupling compares, loaded with eager attention: ``trained`` (the model
-    in ``folder``) and ``random`` — the prepared model in ``initial`` (a training's step-0
-    checkpoint) when given, else a fresh random twin seeded by ``init_seed``."""
-    trained = load_model(folder, dtype, placement, attention="eager")
+    """The weights coupling compares, loaded with eager attention (under ``quantization``):
+    ``trained`` (the model in ``folder``) and ``random`` — the prepared model in
+    ``initial`` (a training's step-0 checkpoint) when given, else a fresh random twin
+    seeded by ``init_seed``."""
+    trained = load_model(folder, dtype, placement, "eager", quantization)
     if initial is not None:
-        untrained = load_model(initial, dtype, placement, attention="eager")
+        untrained = load_model(initial, dtype, placement, "eager", quantization)
     else:
         untrained = randomly_initialised_twin(trained, init_seed)
     return {"trained": trained, "random": untrained}

@@ -26,6 +26,7 @@ from layerlaws.coupling.layers import layer_pairs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.models.metadata import MODEL_METADATA
+from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
@@ -38,6 +39,7 @@ from layerlaws.pipeline.resources import (
     hidden_states_bytes,
     model_pass_needs,
     training_needs,
+    weights_bytes,
 )
 from layerlaws.text.corpus import prompt_count
 from layerlaws.training.plan import TrainingSpec, parameter_count
@@ -148,6 +150,7 @@ class JobPlanner:
             gpu_memory_gb=self.execution.gpu_memory_gb,
             fuzziness_open_classes=self._open_classes(size, tokens, tokens_path),
             statistics_written=shards > 1,
+            quantization=stage_quantization(self._model(model), "passes"),
         )
 
     def _hidden(self, model: str, size: ModelSize, tokens: int, longest: int) -> Needs:
@@ -162,6 +165,7 @@ class JobPlanner:
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
             output_bytes=hidden_states_bytes(size, tokens, DTYPE_BYTES[stored]),
+            quantization=stage_quantization(self._model(model), "passes"),
         )
 
     def _coupling(self, model: str, size: ModelSize, prompts: str, shards: int = 1) -> Needs:
@@ -176,6 +180,7 @@ class JobPlanner:
         count = -(-total // shards)
         jacobian_count = -(-min(total, prompt_set["jacobian_prompts"] or total) // shards)
         dtype = self._model(model)["dtype"]
+        quantization = stage_quantization(self._model(model), "coupling")
         coupling = self.config["coupling"]
         pairs = layer_pairs(coupling["token_layers"], size.num_layers)
         layers = len({layer for pair in pairs for layer in pair})
@@ -202,8 +207,9 @@ class JobPlanner:
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
-            device_bytes=size.parameters * DTYPE_BYTES[dtype] + jacobians,
+            device_bytes=weights_bytes(size, dtype, quantization) + jacobians,
             output_bytes=count * (size.num_layers + 1) * length * size.hidden_size * 8,
+            quantization=quantization,
         )
 
     # Resource functions of the rules, called with the job's wildcards and input files. Snakemake

@@ -16,6 +16,7 @@ from typing import Any
 
 from layerlaws.core.dtypes import DTYPE_BYTES
 from layerlaws.forward.batching import activation_vectors
+from layerlaws.models.quantization import WEIGHT_BYTES
 
 MIB = 2**20
 HOST_BASE_MB = 2048
@@ -76,11 +77,21 @@ def statistics_bytes(
     return matrices * (width * width + width) * 8
 
 
-def _forward_bytes(size: ModelSize, dtype: str, batch_tokens: int) -> int:
+def weights_bytes(size: ModelSize, dtype: str, quantization: str = "none") -> int:
+    """Device memory of a model's weights in ``dtype``; under a ``quantization``, those of
+    its linear layers at ``WEIGHT_BYTES`` each, the input and output embeddings (planned
+    untied) in ``dtype``."""
+    if quantization == "none":
+        return size.parameters * DTYPE_BYTES[dtype]
+    embeddings = min(size.parameters, 2 * size.vocab_size * size.hidden_size)
+    quantized = (size.parameters - embeddings) * WEIGHT_BYTES[quantization]
+    return math.ceil(quantized) + embeddings * DTYPE_BYTES[dtype]
+
+
+def _forward_bytes(size: ModelSize, dtype: str, batch_tokens: int, quantization: str) -> int:
     """Weights plus the working memory of a forward pass over ``batch_tokens`` tokens."""
-    itemsize = DTYPE_BYTES[dtype]
     activations = batch_tokens * activation_vectors(size.num_layers) * size.hidden_size
-    return size.parameters * itemsize + activations * itemsize
+    return weights_bytes(size, dtype, quantization) + activations * DTYPE_BYTES[dtype]
 
 
 def _gpus_for(needed_bytes: int, gpus: int | str, gpu_memory_gb: float) -> int:
@@ -102,8 +113,10 @@ def model_pass_needs(
     host_bytes: int = 0,
     flops_per_token: float = 0.0,
     output_bytes: int = 0,
+    quantization: str = "none",
 ) -> Needs:
-    """Needs of a job that runs a model over ``n_tokens`` tokens in batches of about
+    """Needs of a job that runs a model (in ``dtype``, its weights under ``quantization``)
+    over ``n_tokens`` tokens in batches of about
     ``batch_tokens``, holding ``device_bytes`` more beside it (statistics) and
     ``host_bytes`` in host memory wherever it runs, doing ``flops_per_token`` of float64
     work beside the forward pass, writing ``output_bytes``.
@@ -113,8 +126,8 @@ def model_pass_needs(
     the host holds the interpreter and one shard of weights while loading; on a CPU the
     host holds everything.
     """
-    device_total = _forward_bytes(size, dtype, batch_tokens) + device_bytes
-    weights = size.parameters * DTYPE_BYTES[dtype]
+    device_total = _forward_bytes(size, dtype, batch_tokens, quantization) + device_bytes
+    weights = size.parameters * DTYPE_BYTES[dtype]  # read from disk in full
     forward_flops = 2 * size.parameters * n_tokens
     if on_gpu:
         count = _gpus_for(device_total, gpus, gpu_memory_gb)
@@ -151,6 +164,7 @@ def equilearning_pass_needs(
     gpu_memory_gb: float,
     fuzziness_open_classes: int = 0,
     statistics_written: bool = False,
+    quantization: str = "none",
 ) -> Needs:
     """Needs of the equi-learning pass: the model, its statistics on the device (the
     co-moments of the separation fuzziness included), the separation fuzziness's folded
@@ -174,6 +188,7 @@ def equilearning_pass_needs(
         host_bytes=host_bytes,
         flops_per_token=statistics_flops,
         output_bytes=device_bytes + host_bytes if statistics_written else rows * 64,
+        quantization=quantization,
     )
 
 

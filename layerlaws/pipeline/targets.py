@@ -66,9 +66,9 @@ SYNTHETIC_TRAINING_KEYS = (
     "snapshot_epoch",
 )
 SYNTHETIC_PLOT_KEYS = ("shown_labels",)
-PREPARATION_EXCLUDED = ("dtype", "gpus", "size", "scores")
-"""Model settings that do not change a prepared model: the forward passes' precision
-(applied by later stages), what only plans jobs, external scores."""
+PREPARATION_EXCLUDED = ("dtype", "quantization", "gpus", "size", "scores")
+"""Model settings that do not change a prepared model: the forward passes' precision and
+quantisation (applied by later stages), what only plans jobs, external scores."""
 
 
 def plot_options(config: Mapping[str, Any], stage: str | None = None) -> dict[str, Any]:
