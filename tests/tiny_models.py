@@ -157,6 +157,20 @@ WHOLE_SEQUENCE_FAMILIES = {
 them), and why; in the hybrids only the attention layer (the middle block here) is
 re-run token by token."""
 HYBRID_FAMILIES = {"jamba", "recurrent_gemma"}
+UNSPLIT_FAMILIES = {
+    "gpt2": "its own eager attention (scaled by its own settings, softmax in the model's dtype)",
+    "gpt_neo": "its own attention module",
+    "gptj": "its own attention module",
+    "codegen": "its own attention module",
+    "falcon": "its own attention module",
+    "mpt": "its own attention module",
+    "xglm": "its own eager attention (softmax in the model's dtype)",
+    "bert": "its own eager attention (softmax in the model's dtype)",
+    "roberta": "its own eager attention (softmax in the model's dtype)",
+}
+"""Token-local families whose re-runs keep transformers' attention over the earlier keys
+as one (``layerlaws.coupling.split_attention`` reproduces the common eager attention
+only), and why."""
 ROUNDED_IN_FLOAT32 = {
     "mpt": "its attention softmax runs in float32, on scores that the token-local re-run "
     "sums in another order (float64 rounding, then float32's)"

@@ -138,6 +138,28 @@ def pipeline_step_jacobian(
     return rows.permute(0, 2, 1, 3) + identity, streams
 
 
+def pipeline_self_jacobians(
+    model: Any, input_ids: torch.Tensor, block: int
+) -> tuple[torch.Tensor | None, list[bool]]:
+    """The stage's J_tt + I of block ``block`` for every token t, (T, d, d) [t, i, j], from
+    token-local re-runs without context (the earlier tokens' keys and values constants,
+    as the depth and ``self`` kinds take them; None where the family falls back), and
+    whether each re-run of a token after the first split its attention
+    (``layerlaws.coupling.split_attention``; the first has no earlier keys)."""
+    calls, streams = trace_blocks(model, input_ids)
+    stream = streams[block]
+    token_local = TokenLocalBlock(calls[block], stream)
+    found, split = [], []
+    for output in range(stream.shape[0]):
+        graph = token_local.at(output, context=False)
+        if graph is None:
+            return None, split
+        found.append(graph.rows([output])[0])
+        split.append(token_local.split)
+    identity = torch.eye(stream.shape[1], dtype=found[0].dtype)
+    return torch.stack(found) + identity, split
+
+
 def relative_difference(jacobian: torch.Tensor, reference: torch.Tensor) -> float:
     """‖J − J_ref‖_max / ‖J_ref‖_max."""
     return ((jacobian - reference).abs().max() / reference.abs().max()).item()

@@ -30,6 +30,23 @@ FORMED = "full"
 MATRIX_FREE = "matrix_free"
 TOKEN_LOCAL = "token_local"
 WHOLE_SEQUENCE = "whole_sequence"
+WHOLE_SEQUENCE_MODEL_TYPES = frozenset(
+    {
+        "openai-gpt",
+        "bloom",
+        "mamba",
+        "mamba2",
+        "falcon_mamba",
+        "rwkv",
+        "jamba",
+        "recurrent_gemma",
+        "bert",
+        "roberta",
+    }
+)
+"""Families (transformers' ``model_type``) whose blocks keep whole-sequence products under
+``token_local`` (``layerlaws.coupling.local`` finds out as it runs; the planner plans them
+so, the hybrids' attention layers included)."""
 
 
 def sketch_products(k: int) -> int:

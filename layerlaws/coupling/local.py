@@ -9,7 +9,9 @@ through a stand-in for transformers' cache (``_KeyValueTap``), so autograd's gra
 exactly what a product needs:
 - ``context=False`` (the depth kind, and the ``self`` token kind, t1 = t2): the earlier
   tokens' keys and values are constants, taken from one recorded whole-sequence call;
-  a product costs one token's pass through the block plus its attention over t2 + 1 keys;
+  a product costs one token's pass through the block plus its attention over t2 + 1 keys,
+  scored apart from the token's own key where the family's attention allows
+  (``layerlaws.coupling.split_attention``), so no gradient reaches the constants;
 - ``context=True`` (the cross-token kinds, t1 < t2): the earlier tokens X_{<t2} are a
   second input, run through the block once to make their keys and values with a graph;
   a product pulled back to them passes only their key and value projections (autograd
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 
 from layerlaws.coupling.operators import batched_gradients, pullback_graph
+from layerlaws.coupling.split_attention import split_keys, splittable
 from layerlaws.models.blocks import BlockCall, first_output
 
 log = logging.getLogger(__name__)
@@ -53,14 +56,21 @@ class _KeyValueTap:
     attention computes (``recorded``) and hands it back ``prefix``'s before them, along
     the sequence dimension ``dim``; stores nothing between calls."""
 
-    def __init__(self, prefix: tuple[torch.Tensor, torch.Tensor] | None, dim: int) -> None:
-        self.prefix, self.dim = prefix, dim
+    def __init__(
+        self,
+        prefix: tuple[torch.Tensor, torch.Tensor] | None,
+        dim: int,
+        own: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> None:
+        self.prefix, self.dim, self.own = prefix, dim, own
         self.recorded: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(
         self, keys: torch.Tensor, values: torch.Tensor, *_args: Any, **_kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.recorded = (keys, values)
+        if self.own is not None:  # for ``split_attention``
+            self.own.append((keys, values))
         if self.prefix is None:
             return keys, values
         return (
@@ -127,6 +137,7 @@ class TokenLocalBlock:
         self.call, self.stream, self.chunk = call, stream, chunk
         self.length = stream.shape[0]
         self.family = call.block.__class__.__name__
+        self.split = splittable(call.block)
         self.supported = self._prepare()
 
     def _prepare(self) -> bool:
@@ -169,11 +180,13 @@ class TokenLocalBlock:
         keys_end: int,
         prefix: tuple[torch.Tensor, torch.Tensor] | None,
         dim: int = -2,
+        own: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """F(X)_rows: the block (and final norm where it includes it) on ``inputs`` (1, n,
-        d), the tokens ``rows`` of the stream, after ``prefix``'s keys and values; the
-        tap it used is left in ``self.tap``."""
-        self.tap = _KeyValueTap(prefix, dim)
+        d), the tokens ``rows`` of the stream, after ``prefix``'s keys and values (the
+        token's own appended to ``own`` as the attention computes them); the tap it used is
+        left in ``self.tap``."""
+        self.tap = _KeyValueTap(prefix, dim, own)
         named = {
             name: _rows(value, self.length, rows, keys_end, mask="mask" in name)
             for name, value in self.named.items()
@@ -185,10 +198,29 @@ class TokenLocalBlock:
 
     def at(self, output_token: int, context: bool) -> LocalLinearisation | None:
         """f(X)_t for t = ``output_token`` as a function of x_t (and of X_{<t} when
-        ``context``), or None where the re-run does not reproduce the block."""
+        ``context``), or None where the re-run does not reproduce the block. Without
+        context, the earlier tokens' keys and values are kept apart from the token's own
+        (``layerlaws.coupling.split_attention``) where that reproduces the block too."""
         if not self.supported:
             return None
-        token = output_token
+        split = self.split and not context and output_token > 0
+        found = self._rerun(output_token, context, split)
+        if split and found is None and self.supported:
+            self.split = False
+            log.info("%s: attention over the earlier keys as one", self.family)
+            found = self._rerun(output_token, context, split=False)
+        if found is None:
+            return None
+        query, earlier, output = found
+        branch = output - query.to(output.device)
+        return LocalLinearisation(branch, output_token, query, earlier, self.chunk)
+
+    def _rerun(
+        self, token: int, context: bool, split: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None:
+        """x_t, X_{<t} (with context) and f(X)_t of the re-run of token t, checked against
+        the whole-sequence block; None where it fails or differs (with ``split``, only
+        the split is given up; without, the block falls back, logged)."""
         earlier, prefix = None, None
         if token > 0:
             prefix = tuple(tensor.narrow(self.dim, 0, token) for tensor in self.keys_values)
@@ -199,21 +231,28 @@ class TokenLocalBlock:
                     earlier = self.stream[None, :token].detach().clone().requires_grad_(True)
                     self._output(earlier, slice(0, token), token, None, self.dim)
                     prefix = self.tap.recorded
-                output = self._output(query, slice(token, token + 1), token + 1, prefix, self.dim)
+                rows = slice(token, token + 1)
+                if split:
+                    with split_keys(self.call.block, prefix) as own:
+                        output = self._output(query, rows, token + 1, prefix, self.dim, own)
+                else:
+                    output = self._output(query, rows, token + 1, prefix, self.dim)
         except Exception as error:  # a family whose block arguments are cut otherwise
-            self.supported = self._fall_back(f"its re-run of token {token} fails: {error!r}")
+            if not split:
+                self.supported = self._fall_back(f"its re-run of token {token} fails: {error!r}")
             return None
-        if not _close(output, self.reference[:, token : token + 1]):
-            self.supported = self._fall_back(f"its re-run of token {token} differs")
+        if not _close(output, self.reference[:, token : token + 1], exact=split):
+            if not split:
+                self.supported = self._fall_back(f"its re-run of token {token} differs")
             return None
-        branch = output - query.to(output.device)
-        return LocalLinearisation(branch, token, query, earlier, self.chunk)
+        return query, earlier, output
 
 
-def _close(found: torch.Tensor, expected: torch.Tensor) -> bool:
-    """Whether ``found`` equals ``expected`` to √ε of their dtype, relative to the
-    largest entry of ``expected``."""
-    tolerance = torch.finfo(expected.dtype).eps ** 0.5
+def _close(found: torch.Tensor, expected: torch.Tensor, exact: bool = False) -> bool:
+    """Whether ``found`` equals ``expected`` to √ε of their dtype (``exact``: to 1000 ε,
+    where that is less), relative to the largest entry of ``expected``."""
+    eps = torch.finfo(expected.dtype).eps
+    tolerance = min(eps**0.5, 1e3 * eps) if exact else eps**0.5
     scale = expected.abs().max().clamp_min(torch.finfo(expected.dtype).tiny)
     return bool(((found - expected).abs().max() <= tolerance * scale).item())
 

@@ -21,7 +21,13 @@ from typing import Any
 import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.coupling.costs import AUTO, MATRIX_FREE, TOKEN_LOCAL, PromptShape
+from layerlaws.coupling.costs import (
+    AUTO,
+    MATRIX_FREE,
+    TOKEN_LOCAL,
+    WHOLE_SEQUENCE_MODEL_TYPES,
+    PromptShape,
+)
 from layerlaws.coupling.layers import layer_pairs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.forward.kept_states import storage_dtype
@@ -83,6 +89,7 @@ def config_size(model_config: Mapping[str, Any]) -> ModelSize:
         len(blocks_of(skeleton)),
         int(embeddings.shape[1]),
         int(embeddings.shape[0]),
+        skeleton.config.model_type,
     )
 
 
@@ -172,8 +179,9 @@ class JobPlanner:
         """Two copies of the model (trained and random) and the Jacobians of one prompt
         (of the first ``jacobian_prompts``): the last token's of every layer and three per
         token at each token layer, in block-tokens (``layerlaws.coupling.costs``; a family
-        that falls back to whole-sequence products is planned as token-local, T times
-        less); of one of ``shards`` jobs, a share of the prompts each."""
+        of ``WHOLE_SEQUENCE_MODEL_TYPES`` with whole-sequence products, T times more; one
+        not known yet, sized by its config entry alone, as token-local); of one of
+        ``shards`` jobs, a share of the prompts each."""
         prompt_set = self.config["coupling"]["prompts"][prompts]
         length = prompt_set["max_tokens"]
         total = prompt_count(prompt_set)
@@ -192,7 +200,10 @@ class JobPlanner:
             coupling["metrics"],
             pairs,
         )
-        token_local = coupling["products"] == TOKEN_LOCAL
+        token_local = (
+            coupling["products"] == TOKEN_LOCAL
+            and size.model_type not in WHOLE_SEQUENCE_MODEL_TYPES
+        )
         svd = coupling["svd"] if coupling["svd"] != AUTO else shape.cheaper_svd(token_local)
         held = size.hidden_size if svd != MATRIX_FREE else max(coupling["ks"]) * 2
         jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from layerlaws.core.dtypes import DTYPE_BYTES
@@ -37,6 +37,9 @@ class ModelSize:
     num_layers: int
     hidden_size: int
     vocab_size: int
+    model_type: str | None = field(default=None, compare=False)
+    """transformers' name of the family where it is known (prepared facts, the model's
+    config): the planner plans the Jacobian products a family can take."""
 
     @classmethod
     def of(cls, facts: Mapping[str, Any]) -> ModelSize:
@@ -46,6 +49,7 @@ class ModelSize:
             int(facts["num_layers"]),
             int(facts["hidden_size"]),
             int(facts["vocab_size"]),
+            facts.get("model_type"),
         )
 
 

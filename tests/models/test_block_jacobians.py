@@ -28,11 +28,13 @@ from tiny_models import (
     FLOAT32_FAMILIES,
     HYBRID_FAMILIES,
     ROUNDED_IN_FLOAT32,
+    UNSPLIT_FAMILIES,
     WHOLE_SEQUENCE_FAMILIES,
     tiny_family_model,
 )
 from whole_model_jacobians import (
     ENCODER_FAMILIES,
+    pipeline_self_jacobians,
     pipeline_step_jacobian,
     reference_step_jacobian,
     relative_difference,
@@ -95,6 +97,16 @@ def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
             assert error <= BOUNDS[bounded], f"{name} block, {path}: {error:.1e}"
             pairs = pair_differences(found, reference)
             assert pairs.max().item() <= PAIR_BOUNDS[bounded], f"{name} block, {path}: {pairs}"
+
+        # The depth and self kinds: each token's J_tt with the earlier tokens' keys and
+        # values constant, their attention split from the token's own where it can be.
+        own, split = pipeline_self_jacobians(model, ids, block)
+        if local is not None and family not in ENCODER_FAMILIES:
+            assert own is not None
+            assert all(split[1:]) == (family not in UNSPLIT_FAMILIES), f"{name} block: {split}"
+            diagonal = reference.diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # [t, i, j]
+            error = relative_difference(own, diagonal)
+            assert error <= BOUNDS[local_dtype], f"{name} block, self kind: {error:.1e}"
 
         pair_scale = reference.abs().amax(dim=(1, 3))
         mixing = pair_scale[0, -1] if family in ENCODER_FAMILIES else pair_scale[-1, 0]

@@ -190,3 +190,20 @@ def test_snakemake_estimate_checks_the_partitions_of_the_slurm_profile(tmp_path)
     assert re.search(f"^{llama} limit of partition gpu: ", result.stdout, re.M)
     assert "\n  measure_coupling on partition gpu: " in result.stdout
     assert "runtimes not checked" not in result.stdout
+
+
+def test_families_that_keep_whole_sequence_products_are_planned_so(tmp_path):
+    """The planner's list is the one the Jacobian tests find by running every family, and
+    a prepared model of such a family plans its coupling longer (T = 32 times the
+    products; the shorter job is at the 10-minute floor)."""
+    from tiny_models import WHOLE_SEQUENCE_FAMILIES
+
+    from layerlaws.coupling.costs import WHOLE_SEQUENCE_MODEL_TYPES
+
+    assert set(WHOLE_SEQUENCE_MODEL_TYPES) == set(WHOLE_SEQUENCE_FAMILIES)
+    planner = JobPlanner.from_config(validated("configs/paper.yaml"), Layout(str(tmp_path)))
+    sizes = {
+        kind: ModelSize(1_000_000_000, 16, 2048, 50304, kind) for kind in ("gpt_neox", "mamba")
+    }
+    needs = {kind: planner._coupling("gpt2", size, "leaderboard") for kind, size in sizes.items()}
+    assert needs["mamba"].runtime > 4 * needs["gpt_neox"].runtime > 0
