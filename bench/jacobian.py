@@ -5,8 +5,8 @@ randomised against full SVD of the resulting Jacobian.
 On the default model (results/models/smollm2-135m, after `make run`), its middle block
 and the paper's prompt: the d × d self-Jacobian of the last token, J = ∂f(X)_T / ∂x_T.
 The loop builds the block's autograd graph once and pulls back one cotangent at a time
-through it. Times are the best of three runs, but the loop's: one run (it takes about 90 s
-on a loaded 2-core CPU; the whole bench takes about 12.5 minutes on 2 cores). The SVDs keep
+through it. Times are the best of three runs, but the loop's: one run (the whole bench
+takes about 11 minutes on 2 cores). The SVDs keep
 the top K = 50 singular values; the difference is the largest relative one.
 
 Then the whole depth measurement (every block's last-token Jacobian: top-K factors, the
