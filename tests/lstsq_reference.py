@@ -1,11 +1,29 @@
 """An independent PR reference: the regression rows of kept hidden states built by hand and
-solved with float64 numpy.linalg.lstsq."""
+solved with float64 numpy.linalg.lstsq. Nothing of the library's statistics is used: the
+norms are torch's own functional LayerNorm and RMSNorm (default-initialised: no weight,
+no bias) and NumPy's standard deviation, the cut-off the config's default, written here."""
 
 import numpy as np
 import torch
 
-from layerlaws.equilearning.norms import normalize
-from layerlaws.equilearning.regression import DEFAULT_CUTOFF
+CUTOFF = 1e-12
+"""The config schema's default ``equilearning.cutoff`` (relative eigenvalue cut-off)."""
+
+
+def normalized(x: np.ndarray, norm: str, norm_type: str, eps: float) -> np.ndarray:
+    """Rows (n, d) float64 under He & Su's norms: ``model``, the model's own kind of norm,
+    default-initialised, with its eps; ``standardize``, (x − mean) / std per row (a row of
+    std 0 becomes 0); ``none``, as they are."""
+    if norm == "none":
+        return x
+    if norm == "standardize":
+        centred = x - x.mean(axis=1, keepdims=True)
+        std = x.std(axis=1, keepdims=True)
+        return np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
+    rows = torch.from_numpy(x)
+    if norm_type == "layernorm":
+        return torch.nn.functional.layer_norm(rows, (x.shape[1],), eps=eps).numpy()
+    return torch.nn.functional.rms_norm(rows, (x.shape[1],), eps=eps).numpy()
 
 
 def reference_pr(hidden, layer, offset, norm, shuffled, shuffle="vocabulary"):
@@ -16,11 +34,10 @@ def reference_pr(hidden, layer, offset, norm, shuffled, shuffle="vocabulary"):
     float64 lstsq on the centred rows; rcond = sqrt(cutoff) drops the same directions as
     our eigenvalue cut-off (features right after a LayerNorm are exactly rank-deficient)."""
     meta = hidden.metadata
-    x = torch.from_numpy(hidden.layer(layer).astype(np.float64))
+    x = hidden.layer(layer).astype(np.float64)
     # He & Su's ``model`` norm is for pre-LN models: a post-LN stream is used as it is.
     if layer < hidden.num_layers and not (norm == "model" and meta["post_ln"]):
-        x = normalize(x, norm, meta["norm_type"], meta["norm_eps"])
-    x = x.numpy()
+        x = normalized(x, norm, meta["norm_type"], meta["norm_eps"])
     where = {
         (s, p): t
         for s, p, t in hidden.rows.select("sentence_id", "position", "token_id").iter_rows()
@@ -43,7 +60,7 @@ def reference_pr(hidden, layer, offset, norm, shuffled, shuffle="vocabulary"):
     design -= design.mean(axis=0)
     y = np.array(targets, dtype=np.float64)
     y -= y.mean()
-    solution = np.linalg.lstsq(design, y, rcond=np.sqrt(DEFAULT_CUTOFF))[0]
+    solution = np.linalg.lstsq(design, y, rcond=np.sqrt(CUTOFF))[0]
     return ((y - design @ solution) ** 2).sum() / (y**2).sum(), len(y)
 
 

@@ -10,6 +10,7 @@ the folder itself (``save_pretrained`` layout, safetensors).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -208,9 +209,11 @@ def _with_vocabulary(
 
 def randomly_initialised(model: Any, init_seed: int) -> Any:
     """A model of ``model``'s architecture and config with fresh weights, seeded by
-    ``init_seed`` (on the CPU, in the default dtype)."""
+    ``init_seed``, on the CPU in float32: drawn the same whatever dtype ``model`` runs in
+    (an initialisation in float64 or bfloat16 would draw other numbers)."""
     torch.manual_seed(init_seed)
-    return auto_class(model.config.model_type).from_config(model.config)
+    config = copy.deepcopy(model.config)  # from_config sets the config's dtype
+    return auto_class(config.model_type).from_config(config, dtype=torch.float32)
 
 
 def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> ModelFacts:

@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 import torch
 from coupling_runs import measure_prompts
+from transformers import AutoConfig, AutoModelForCausalLM
 from whole_model_jacobians import reference_step_jacobian, scanned_blocks
 
 from layerlaws.coupling.settings import CouplingSettings
-from layerlaws.models.blocks import trace_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -31,11 +31,14 @@ BOUND = 1e-9
 
 
 def reference_depth_jacobians(model, ids: torch.Tensor) -> list[np.ndarray]:
-    """J^l (d, d) of the last token for l = 1..L, from whole-model Jacobians."""
-    _, streams = trace_blocks(model, ids)
+    """J^l (d, d) of the last token for l = 1..L, from whole-model Jacobians at the
+    streams the model itself reports entering each block (transformers'
+    ``hidden_states``: the embeddings, then each block's output)."""
+    with torch.no_grad():
+        streams = model(input_ids=ids, output_hidden_states=True).hidden_states
     last, width = ids.shape[1] - 1, model.config.hidden_size
     return [
-        reference_step_jacobian(model, ids, block, streams[block])[last, :, last, :].numpy()
+        reference_step_jacobian(model, ids, block, streams[block][0])[last, :, last, :].numpy()
         - np.eye(width)
         for block in range(len(scanned_blocks(model)))
     ]
@@ -86,3 +89,16 @@ def test_depth_miscoupling_follows_the_definition(measured):
     np.testing.assert_allclose(found, expected_values, rtol=0, atol=BOUND, err_msg="m̃")
     largest = np.abs(found - expected_values).max()
     print(f"\n{found.size} m̃ values, largest |difference| {largest:.1e}")
+
+
+def test_the_random_twin_is_a_fresh_initialisation_of_the_models_config(measured, llama_folder):
+    """The weights the ``random`` rows are measured on: transformers' own initialisation
+    of the model's config under ``torch.manual_seed(init_seed)``, in float64."""
+    twins, _ = measured
+    torch.manual_seed(CouplingSettings().init_seed)
+    config = AutoConfig.from_pretrained(llama_folder)
+    fresh = AutoModelForCausalLM.from_config(config).to(torch.float64).state_dict()
+    twin = twins["random"].state_dict()
+    assert fresh.keys() == twin.keys() and fresh
+    for name, tensor in fresh.items():
+        assert torch.equal(twin[name], tensor), name

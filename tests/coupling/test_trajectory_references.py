@@ -24,6 +24,7 @@ import itertools
 import numpy as np
 import polars as pl
 import pytest
+from differences import Differences
 
 pytestmark = pytest.mark.slow
 
@@ -99,24 +100,19 @@ def test_token_scores_follow_the_paper_definitions(trajectories):
         "expodistance": expodistance,
         "equidistance_cv": equidistance_cv,
     }
-    diffs = dict.fromkeys(references, 0.0)
+    differences = Differences()
     for row in tokens.iter_rows(named=True):
         points = streams[f"{row['weights']}/{row['prompt']}"][:, row["token"]]
         for column, reference in references.items():
-            expected = reference(points)
-            diffs[column] = max(diffs[column], abs(row[column] - expected) / abs(expected))
-    message = "trajectories/tokens.csv: " + ", ".join(
-        f"{column} max relative |diff| {diff:.3g}" for column, diff in diffs.items()
-    )
-    assert max(diffs.values()) < TOLERANCE, message
-    print(message)
+            differences.add(column, row[column], reference(points))
+    print(differences.check("trajectories/tokens.csv", rtol=TOLERANCE))
 
 
 def test_layer_rows_follow_the_paper_definitions(trajectories):
     """layers.csv: norm ‖x^l‖ at every layer 0…L; step length ‖x^l − x^{l−1}‖ and the
     windowed LSS at layers 1…L, NaN at layer 0."""
     streams, _, layers = trajectories
-    diffs = {"norm": 0.0, "step_length": 0.0, "lss_window": 0.0}
+    differences = Differences()
     for row in layers.iter_rows(named=True):
         points = streams[f"{row['weights']}/{row['prompt']}"][:, row["token"]]
         layer = row["layer"]
@@ -127,10 +123,6 @@ def test_layer_rows_follow_the_paper_definitions(trajectories):
             expected["step_length"] = steps(points)[layer - 1]
             expected["lss_window"] = window_score(points, layer, LSS_WINDOW)
         for column, value in expected.items():
-            diffs[column] = max(diffs[column], abs(row[column] - value) / abs(value))
+            differences.add(column, row[column], value)
     assert len(layers) == sum(stream.shape[0] * stream.shape[1] for stream in streams.values())
-    message = "trajectories/layers.csv: " + ", ".join(
-        f"{column} max relative |diff| {diff:.3g}" for column, diff in diffs.items()
-    )
-    assert max(diffs.values()) < TOLERANCE, message
-    print(message)
+    print(differences.check("trajectories/layers.csv", rtol=TOLERANCE))

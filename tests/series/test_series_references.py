@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from differences import Differences
 from safetensors.numpy import load_file
 from scipy import stats
 
@@ -143,19 +144,14 @@ def test_summary_columns_are_the_aggregates_of_the_model_outputs(series_run):
     assert set(summary.columns) - other_metrics == set(expected[0]), set(summary.columns) ^ set(
         expected[0]
     )
-    diffs = {}
+    differences = Differences()
     for row, reference in zip(summary.iter_rows(named=True), expected, strict=True):
         for column, value in reference.items():
             if isinstance(value, str | bool):
                 assert row[column] == value, (column, row[column], value)
             else:
-                scale = max(abs(value), 1.0)
-                diffs[column] = max(diffs.get(column, 0.0), abs(row[column] - value) / scale)
-    message = "series summary.csv max |diff| (relative above 1): " + ", ".join(
-        f"{column} {diff:.3g}" for column, diff in diffs.items()
-    )
-    assert max(diffs.values()) < 1e-9, message
-    print(message)
+                differences.add(column, row[column], value)
+    print(differences.check("series summary.csv", rtol=1e-9, atol=1e-9))
 
 
 def test_fits_are_scipy_linregress_of_loss_on_coupling(series_run):
@@ -168,7 +164,7 @@ def test_fits_are_scipy_linregress_of_loss_on_coupling(series_run):
     fits = paper_rows(pl.read_csv(results / "fits.csv"))
     assert sorted(fits["k"].to_list()) == KS and set(fits["generalisation"]) == {"loss"}
     assert set(fits["form"]) == {"linear"}
-    diffs: dict[str, float] = {}
+    differences = Differences()
     for row in fits.iter_rows(named=True):
         assert row["predictor"] == f"coupling_k{row['k']}" and row["dataset"] == "mini"
         x = -summary[f"miscoupling_all_k{row['k']}"].to_numpy()
@@ -180,11 +176,5 @@ def test_fits_are_scipy_linregress_of_loss_on_coupling(series_run):
             ("r2", fit.rvalue**2),
             ("p_value", fit.pvalue),
         ):
-            diffs[column] = max(
-                diffs.get(column, 0.0), abs(row[column] - value) / max(abs(value), 1.0)
-            )
-    message = "series fits.csv max |diff| (relative above 1): " + ", ".join(
-        f"{column} {diff:.3g}" for column, diff in diffs.items()
-    )
-    assert max(diffs.values()) < 1e-9, message
-    print(message)
+            differences.add(column, row[column], value)
+    print(differences.check("series fits.csv", rtol=1e-9, atol=1e-9))

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from differences import Differences
 from safetensors.numpy import load_file
 from scipy import stats
 from transformers import AutoTokenizer
@@ -168,14 +169,13 @@ def test_r_cos_is_the_pearson_r_of_off_diagonal_cosines(reference):
     n_tokens = C."""
     matrices, rcos = reference["matrices"], reference["rcos"]
     assert sorted(rcos.select("matrix", "signature").rows()) == sorted(PAIRS)
-    diffs = []
+    differences = Differences()
     for matrix, signature in PAIRS:
         row = rows_of(rcos, matrix, signature).row(0, named=True)
         expected = stats.pearsonr(upper(matrices[matrix]), upper(matrices[signature])).statistic
         assert row["n_tokens"] == len(reference["tokens"])
-        diffs.append(abs(row["r_cos"] - expected))
-    assert max(diffs) < TOLERANCE, f"rcos.csv r_cos: max |diff| {max(diffs):.3g}"
-    print(f"rcos.csv r_cos: max |diff| {max(diffs):.3g}")
+        differences.add("r_cos", row["r_cos"], expected)
+    print(differences.check("rcos.csv", atol=TOLERANCE))
 
 
 def test_per_token_rows_are_whole_row_correlations_and_mean_similarities(reference):
@@ -184,7 +184,7 @@ def test_per_token_rows_are_whole_row_correlations_and_mean_similarities(referen
     pearsonr(cos(W)_s, cos(φ)_s) over the whole rows and the mean of cos(W)_s, diagonal
     included."""
     matrices, per_token = reference["matrices"], reference["per_token"]
-    correlation_diffs, mean_diffs = [], []
+    differences = Differences()
     for matrix, signature in PAIRS[:4]:
         rows = rows_of(per_token, matrix, signature)
         assert rows["token"].to_list() == reference["tokens"]
@@ -193,16 +193,11 @@ def test_per_token_rows_are_whole_row_correlations_and_mean_similarities(referen
             stats.pearsonr(matrices[matrix][i], matrices[signature][i]).statistic
             for i in range(len(reference["tokens"]))
         ]
-        correlation_diffs.append(np.max(np.abs(rows["correlation"].to_numpy() - expected)))
-        mean_diffs.append(
-            np.max(np.abs(rows["mean_similarity"].to_numpy() - matrices[matrix].mean(axis=1)))
+        differences.add("correlation", rows["correlation"].to_numpy(), expected)
+        differences.add(
+            "mean_similarity", rows["mean_similarity"].to_numpy(), matrices[matrix].mean(axis=1)
         )
-    message = (
-        f"per_token correlation: max |diff| {max(correlation_diffs):.3g}; "
-        f"mean_similarity: max |diff| {max(mean_diffs):.3g}"
-    )
-    assert max(correlation_diffs) < TOLERANCE and max(mean_diffs) < TOLERANCE, message
-    print(message)
+    print(differences.check("per_token", atol=TOLERANCE))
 
 
 def test_decile_rows_summarise_the_signature_percentiles(reference):
@@ -212,7 +207,7 @@ def test_decile_rows_summarise_the_signature_percentiles(reference):
     132 are ranks, so any interpolation gives the same) and count of the signature
     percentile."""
     matrices, table = reference["matrices"], reference["percentiles"]
-    diffs: dict[str, list[float]] = {"mean": [], "q25": [], "median": [], "q75": []}
+    differences = Differences()
     for matrix, signature in PAIRS[:4]:
         embedding = percentile(stored(upper(matrices[matrix])))
         signed = percentile(stored(upper(matrices[signature])))
@@ -229,9 +224,5 @@ def test_decile_rows_summarise_the_signature_percentiles(reference):
                 "q75": np.quantile(values, 0.75),
             }
             for column, value in expected.items():
-                diffs[column].append(abs(row[column] - value))
-    message = "percentiles.csv: " + ", ".join(
-        f"{column} max |diff| {max(values):.3g}" for column, values in diffs.items()
-    )
-    assert all(max(values) < 1e-4 for values in diffs.values()), message
-    print(message)
+                differences.add(column, row[column], value)
+    print(differences.check("percentiles.csv", atol=1e-4))

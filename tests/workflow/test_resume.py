@@ -1,6 +1,7 @@
-"""Fault injection through real Snakemake runs: a model pass and an ``extract_hidden`` job
-each killed with SIGKILL right after their first progress save (``tests/fault_injection``)
-resume when Snakemake runs again and end with the outputs of an uninterrupted run."""
+"""Fault injection through real Snakemake runs: the shards of a model pass and an
+``extract_hidden`` job each killed with SIGKILL right after their first progress save
+(``tests/fault_injection``) resume when Snakemake runs again and end with the outputs of an
+uninterrupted run."""
 
 from __future__ import annotations
 
@@ -23,71 +24,37 @@ TABLES = [f"{PASS}/pr.csv", f"{PASS}/fuzziness.csv", f"{PASS}/token_views.csv", 
 
 
 def test_killed_model_passes_resume_to_the_uninterrupted_outputs(finished, base_config, tmp_path):
+    """The tiny Llama's pass in two shards (``equilearning.shards: 2``) and its
+    ``extract_hidden`` job, each killed after its first save, resumed, the shards merged:
+    the kept states bit for bit, the pass's tables within float32 rounding of the states
+    (a text's states depend on the batch it is padded in). (The one-job pass's resume is
+    tested through SLURM's requeue, ``tests/workflow/test_slurm.py``.)"""
     workdir = tmp_path / "killed"
     shutil.copytree(finished, workdir, symlinks=True)
     # Saves after every batch (40 texts in batches of 8: five); the batches as finished ran.
-    write_config(
-        workdir, {**base_config, "execution": {**base_config["execution"], "checkpoint_minutes": 0}}
-    )
-    again = ["--forcerun", "equilearning_pass", "extract_hidden", "--keep-going"]
+    execution = {**base_config["execution"], "checkpoint_minutes": 0}
+    equilearning = {**base_config["equilearning"], "shards": 2}
+    write_config(workdir, {**base_config, "execution": execution, "equilearning": equilearning})
+    again = ["--forcerun", "extract_hidden", "--keep-going"]
     targets = [f"{PASS}/pr.csv", HIDDEN]
     environment = killing_environment(tmp_path / "fault")
 
     killed = snakemake(workdir, *targets, *again, env=environment)
     assert killed.returncode != 0
     assert killed_saves(tmp_path / "fault") == [
-        "results/equilearning/tiny-llama/mini/.resume/pr.csv.pt",
+        *(f"{PASS}/shards/.resume/{shard}.pt.pt" for shard in (0, 1)),
         "results/hidden/tiny-llama/.resume/mini.pt",
     ]
-    assert not (workdir / PASS / "pr.csv").exists()
-    assert (workdir / PASS / ".resume/pr.csv.pt").exists()
+    assert (workdir / PASS / "shards/.resume/0.pt.pt").exists()
 
     run_ok(workdir, *targets, env=environment)
-    for rule in ["equilearning_pass", "extract_hidden"]:
-        log = (workdir / f"results/logs/{rule}/tiny-llama/mini.log").read_text()
-        assert "resuming the pass after batch 1" in log, log
-    for table in TABLES:
-        assert pl.read_csv(workdir / table).equals(pl.read_csv(finished / table)), table
-    resumed, uninterrupted = (
-        np.load(root / PASS / "token_views.npz") for root in [workdir, finished]
-    )
-    for name in uninterrupted.files:
-        assert np.array_equal(resumed[name], uninterrupted[name]), name
-    resumed, uninterrupted = (HiddenStates.open(root / HIDDEN) for root in [workdir, finished])
-    assert resumed.rows.equals(uninterrupted.rows)
-    for layer in range(uninterrupted.metadata["num_layers"] + 1):
-        assert np.array_equal(resumed.layer(layer), uninterrupted.layer(layer)), layer
-    assert not (workdir / PASS / ".resume").exists()
-    assert not (workdir / "results/hidden/tiny-llama/.resume").exists()
-
-
-def test_a_pass_in_killed_shards_resumes_and_merges_to_the_one_job_tables(
-    finished, base_config, tmp_path
-):
-    """``equilearning.shards: 2``: each shard of the tiny Llama's pass is killed after its
-    first save, resumed, and the shards merged: the one-job pass's tables within float32
-    rounding of the states (a text's states depend on the batch it is padded in), its
-    token views' states to the same bound."""
-    workdir = tmp_path / "sharded"
-    shutil.copytree(finished, workdir, symlinks=True)
-    execution = {**base_config["execution"], "checkpoint_minutes": 0}
-    equilearning = {**base_config.get("equilearning", {}), "shards": 2}
-    write_config(workdir, {**base_config, "execution": execution, "equilearning": equilearning})
-    environment = killing_environment(tmp_path / "fault")
-
-    killed = snakemake(workdir, f"{PASS}/pr.csv", "--keep-going", env=environment)
-    assert killed.returncode != 0
-    assert killed_saves(tmp_path / "fault") == [
-        f"{PASS}/shards/.resume/{shard}.pt.pt" for shard in (0, 1)
-    ]
-    run_ok(workdir, f"{PASS}/pr.csv", env=environment)
-    for shard in (0, 1):
-        log = workdir / f"results/logs/equilearning_pass_shard/tiny-llama/mini/{shard}.log"
-        assert "resuming the pass after batch 1" in log.read_text()
-    assert (
-        "merged the pass shard"
-        in (workdir / "results/logs/equilearning_pass/tiny-llama/mini.log").read_text()
-    )
+    logs = workdir / "results/logs"
+    for log in [
+        *(logs / f"equilearning_pass_shard/tiny-llama/mini/{shard}.log" for shard in (0, 1)),
+        logs / "extract_hidden/tiny-llama/mini.log",
+    ]:
+        assert "resuming the pass after batch 1" in log.read_text(), log
+    assert "merged the pass shard" in (logs / "equilearning_pass/tiny-llama/mini.log").read_text()
     for table in TABLES:
         found, expected = (pl.read_csv(root / table) for root in [workdir, finished])
         assert expected.height > 0 and found.columns == expected.columns, table
@@ -104,4 +71,9 @@ def test_a_pass_in_killed_shards_resumes_and_merges_to_the_one_job_tables(
     assert uninterrupted.files and sharded.files == uninterrupted.files
     for name in uninterrupted.files:
         np.testing.assert_allclose(sharded[name], uninterrupted[name], rtol=1e-5, atol=1e-6)
+    resumed, uninterrupted = (HiddenStates.open(root / HIDDEN) for root in [workdir, finished])
+    assert resumed.rows.equals(uninterrupted.rows)
+    for layer in range(uninterrupted.metadata["num_layers"] + 1):
+        assert np.array_equal(resumed.layer(layer), uninterrupted.layer(layer)), layer
     assert not (workdir / PASS / "shards/.resume").exists()
+    assert not (workdir / "results/hidden/tiny-llama/.resume").exists()
