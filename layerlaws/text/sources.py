@@ -8,6 +8,7 @@ the text came from (``wikipedia:<title>``, ``riot-na:<gene>``, ``<file>:<row>``,
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Set
 from itertools import islice
 from pathlib import Path
@@ -199,21 +200,29 @@ def hub_sample(
     """Up to ``count`` texts (None: all) drawn at random (seeded) from a Hugging Face
     dataset, leaving out those whose source is in ``exclude``.
 
-    A map-style dataset is sampled uniformly by index; a streaming one (for corpora too
-    large to download) is shuffled in a buffer of ``shuffle_buffer`` rows and its first
-    rows are taken, which is reproducible for a fixed seed and buffer.
+    A map-style dataset is sampled uniformly by index. A streaming one (for corpora too
+    large to download) is read whole and sampled uniformly by a reservoir
+    (``sampling: reservoir``, ``reservoir_sample``), in stream order; or, under
+    ``sampling: buffer``, shuffled in a buffer of ``shuffle_buffer`` rows and its first rows
+    taken (fast, but drawn from about the first ``count`` + ``shuffle_buffer`` rows only).
+    Both are reproducible for a fixed seed.
     """
     dataset = _load_hub_dataset(source)
     text_field = source.get("text_field", "text")
     label = f"{source['name']}:{source.get('split', 'train')}"
     if source.get("streaming", False):
-        shuffled = dataset.shuffle(
-            seed=sample_seed, buffer_size=source.get("shuffle_buffer", 10_000)
-        )
-        rows: Iterator[Mapping[str, Any]] = iter(shuffled)
+        reservoir = source.get("sampling", "reservoir") == "reservoir"
+        if not reservoir:
+            dataset = dataset.shuffle(
+                seed=sample_seed, buffer_size=source.get("shuffle_buffer", 10_000)
+            )
+        rows: Iterator[Mapping[str, Any]] = iter(dataset)
         texts = ((_hub_text(row, text_field, source), i) for i, row in enumerate(rows))
         nonblank = ((text, f"{label}:{i}") for text, i in texts if text.strip())
-        return list(islice((c for c in nonblank if c[1] not in exclude), count))
+        candidates = (c for c in nonblank if c[1] not in exclude)
+        if reservoir and count is not None:
+            return reservoir_sample(candidates, count, sample_seed)
+        return list(islice(candidates, count))
     order = np.random.default_rng(sample_seed).permutation(len(dataset))
     chosen: list[Candidate] = []
     for index in order:
@@ -223,6 +232,25 @@ def hub_sample(
             if len(chosen) == count:
                 break
     return chosen
+
+
+def reservoir_sample(items: Iterator[Candidate], count: int, seed: int) -> list[Candidate]:
+    """A uniform sample of ``count`` of ``items`` (all of them when fewer), in their order:
+    every subset of ``count`` equally likely, read in one pass holding ``count`` items
+    (Li's Algorithm L, ACM TOMS 20(4), 1994: the gaps between replacements are drawn, not
+    one number per item). Seeded by ``seed``."""
+    rng = np.random.default_rng(seed)
+    reservoir: list[tuple[int, Candidate]] = list(islice(enumerate(items), count))
+    if len(reservoir) < count or count == 0:
+        return [item for _, item in reservoir]
+    weight = math.exp(math.log(rng.random()) / count)
+    chosen = count - 1 + math.floor(math.log(rng.random()) / math.log1p(-weight)) + 1
+    for position, item in enumerate(items, start=count):
+        if position == chosen:
+            reservoir[rng.integers(count)] = (position, item)
+            weight *= math.exp(math.log(rng.random()) / count)
+            chosen += math.floor(math.log(rng.random()) / math.log1p(-weight)) + 1
+    return [item for _, item in sorted(reservoir, key=lambda kept: kept[0])]
 
 
 LOCAL_LOADERS: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {

@@ -2,11 +2,14 @@
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
+from scipy import stats
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.text.corpus import SENTENCE_SCHEMA, sample_sentences
+from layerlaws.text.sources import reservoir_sample
 
 
 @pytest.fixture
@@ -70,10 +73,16 @@ def test_hub_loader_on_a_local_dataset_folder(tmp_path, texts):
     assert len(sample) == 12
     assert sample.equals(sample_sentences(source, 12, sample_seed=1))
     assert set(sample["text"]) <= {t.strip() for t in texts[:40]}
-    streamed = sample_sentences(
-        {**source, "streaming": True, "shuffle_buffer": 8}, 12, sample_seed=1
-    )
-    assert len(streamed) == 12 and set(streamed["text"]) <= {t.strip() for t in texts[:40]}
+    for sampling in ("reservoir", "buffer"):
+        streamed = sample_sentences(
+            {**source, "streaming": True, "sampling": sampling, "shuffle_buffer": 8},
+            12,
+            sample_seed=1,
+        )
+        assert len(streamed) == 12 and set(streamed["text"]) <= {t.strip() for t in texts[:40]}
+        positions = streamed["source"].str.split(":").list.last().cast(int)
+        # The reservoir draws from the whole stream; a buffer of 8 from its first 20 rows.
+        assert (positions.max() >= 20) == (sampling == "reservoir"), (sampling, positions)
     with pytest.raises(LayerlawsError, match="could not load dataset"):
         sample_sentences({**source, "name": str(tmp_path / "missing")}, 5, 0)
 
@@ -92,3 +101,27 @@ def test_a_hub_source_keeps_the_rows_its_where_names(tmp_path, texts):
     for streaming in (False, True):
         sample = sample_sentences({**source, "streaming": streaming}, "all", sample_seed=0)
         assert set(sample["text"]) == expected
+
+
+def test_a_reservoir_samples_the_whole_stream_uniformly():
+    """``reservoir_sample`` against the definition: over 4,000 seeds every one of 10
+    items is kept with probability 3/10 (a chi-square test of the counts), and 3,000 of a
+    stream of 100,000 lie spread over the whole stream (Kolmogorov–Smirnov against the
+    uniform positions), in stream order, the same for the same seed."""
+    items = [(f"text {i}", f"stream:{i}") for i in range(10)]
+    counts = np.zeros(10)
+    for seed in range(4_000):
+        kept = reservoir_sample(iter(items), 3, seed)
+        assert len(kept) == 3 == len(set(kept))
+        counts[[int(where.split(":")[1]) for _, where in kept]] += 1
+    assert stats.chisquare(counts).pvalue > 1e-3, counts
+
+    stream = [(f"text {i}", f"stream:{i}") for i in range(100_000)]
+    sample = reservoir_sample(iter(stream), 3_000, 0)
+    positions = np.array([int(where.split(":")[1]) for _, where in sample])
+    assert len(positions) == 3_000 and (np.diff(positions) > 0).all()
+    assert stats.kstest(positions / 100_000, "uniform").pvalue > 1e-3
+    assert positions.min() < 1_000 and positions.max() > 99_000
+    assert sample == reservoir_sample(iter(stream), 3_000, 0)
+    assert reservoir_sample(iter(stream[:5]), 8, 0) == stream[:5]
+    assert reservoir_sample(iter([]), 8, 0) == []
