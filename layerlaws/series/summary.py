@@ -73,6 +73,11 @@ def evaluation_columns(path: str) -> dict[str, Any]:
 PAPER_METRIC = "paper"
 """The ``metric`` of Aubry et al.'s m̃ (Eq. 14) in ``depth.csv``; its summary columns
 carry no suffix."""
+GENERALISATION_METRIC = "unnormalised"
+"""The metric of Aubry et al.'s coupling against generalisation (§5.4, Fig. 1a): m of
+Eq. 13, averaged over l, l′ ∈ {1…L}."""
+PAIRS = ("all", "offdiagonal")
+"""The layer pairs a coupling aggregate averages over (``miscoupling_{pairs}_k{K}``)."""
 
 
 def coupling_column(kind: str, k: int, metric: str) -> str:
@@ -307,6 +312,7 @@ FITS_SCHEMA = {
     "predictor": pl.String,
     "k": pl.Int64,
     "metric": pl.String,
+    "pairs": pl.String,
     "form": pl.String,
     "generalisation": pl.String,
     "dataset": pl.String,
@@ -319,15 +325,24 @@ FITS_SCHEMA = {
     "n": pl.Int64,
 }
 """Columns of ``fits.csv``; a linear fit leaves ``amplitude`` and ``rate`` null, an
-exponential one ``slope``, ``intercept`` and ``p_value``, a hyper-parameter's ``k`` and
-``metric``."""
+exponential one ``slope``, ``intercept`` and ``p_value``, a hyper-parameter's ``k``,
+``metric`` and ``pairs``."""
+
+
+def coupling_predictor(column: str) -> str:
+    """The predictor of a coupling aggregate's column: ``coupling_k{K}…`` for
+    ``miscoupling_all_k{K}…``, ``coupling_offdiagonal_k{K}…`` for
+    ``miscoupling_offdiagonal_k{K}…``."""
+    return column.replace("miscoupling_all_", "coupling_", 1).replace("miscoupling_", "coupling_")
 
 
 def predictor_expression(predictor: str) -> pl.Expr:
-    """The summary expression of a fit's predictor: coupling = −``miscoupling_all_k{K}…``
-    for ``coupling_k{K}…``, else the hyper-parameter's."""
+    """The summary expression of a fit's predictor: coupling = −``miscoupling_…`` for a
+    ``coupling_predictor``, else the hyper-parameter's."""
+    if predictor.startswith("coupling_offdiagonal_"):
+        return -pl.col(predictor.replace("coupling_", "miscoupling_", 1))
     if predictor.startswith("coupling_"):
-        return -pl.col(predictor.replace("coupling", "miscoupling_all", 1))
+        return -pl.col(predictor.replace("coupling_", "miscoupling_all_", 1))
     return HYPERPARAMETERS[predictor]
 
 
@@ -385,11 +400,15 @@ def held_out_measure(summary: pl.DataFrame) -> str | None:
 
 def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
     """The series' fits over its members with ``in_fits`` (columns ``FITS_SCHEMA``):
-    - generalisation against coupling (Aubry et al., Fig. 1a), for every metric and K:
+    - generalisation against coupling (Aubry et al., Fig. 1a: m of Eq. 13 averaged over
+      all layer pairs, ``GENERALISATION_METRIC``), for every metric, K and ``pairs``:
       coupling = −``miscoupling_all_k{K}[_{metric}]`` as x (predictor
-      ``coupling_k{K}[_{metric}]``), as y each external score (one point per model) and
-      the held-out measure on each dataset (``held_out_measure``: the loss, or bits per
-      byte across tokenizers), by least squares (``linear``); and each score by
+      ``coupling_k{K}[_{metric}]``, ``pairs`` ``all``) and −``miscoupling_offdiagonal_…``
+      (``coupling_offdiagonal_k{K}…``, ``pairs`` ``offdiagonal``: the pairs l ≠ l′, whose
+      mean does not favour shallow models by the diagonal's share 1/L), as y each external
+      score (one point per model) and the held-out measure on each dataset
+      (``held_out_measure``: the loss, or bits per byte across tokenizers), by least
+      squares (``linear``); and each score against the all-pairs mean by
       ``exponential_fit`` (``exponential``, Fig. 8);
     - each score against ``log10_parameters``, ``num_layers`` and ``hidden_size``
       (``linear``, §5.4).
@@ -400,12 +419,14 @@ def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
     if held_out is not None:
         measures += [(held_out, d) for d in summary["dataset"].unique(maintain_order=True)]
     rows = []
-    for column in [c for c in summary.columns if c.startswith("miscoupling_all_k")]:
-        _, k, metric = coupling_column_parts(column)
-        predictor = column.replace("miscoupling_all", "coupling")
-        labels = {"k": k, "metric": metric}
+    aggregates = tuple(f"miscoupling_{pairs}_k" for pairs in PAIRS)
+    for column in [c for c in summary.columns if c.startswith(aggregates)]:
+        pairs, k, metric = coupling_column_parts(column)
+        predictor = coupling_predictor(column)
+        labels = {"k": k, "metric": metric, "pairs": pairs}
         rows += _fit_rows(summary, predictor, measures, "linear", labels)
-        rows += _fit_rows(summary, predictor, scores, "exponential", labels)
+        if pairs == "all":
+            rows += _fit_rows(summary, predictor, scores, "exponential", labels)
     for predictor in HYPERPARAMETERS:
         rows += _fit_rows(summary, predictor, scores, "linear", {})
     return pl.DataFrame(rows, schema=FITS_SCHEMA)

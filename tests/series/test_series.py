@@ -218,6 +218,7 @@ def test_family_series_fits_scores_against_coupling(series_run):
             (pl.col("generalisation") == "score_board")
             & (pl.col("k") == 2)
             & (pl.col("metric") == metric)
+            & (pl.col("pairs") == "all")
         )
         row = rows.filter(pl.col("form") == "linear").row(0, named=True)
         assert row["predictor"] == f"coupling_k2{suffix}"
@@ -375,6 +376,7 @@ def test_series_fits_of_scores_against_size_and_coupling_leave_out_excluded_memb
             "num_layers": [12, 24, 24, 32, 32, 40, 80],
             "hidden_size": [768, 1024, 2048, 2560, 4096, 5120, 8192],
             "miscoupling_all_k10": miscoupling,
+            "miscoupling_offdiagonal_k10": rng.uniform(0.5, 0.9, size=n),
             "loss": rng.uniform(2.0, 3.0, size=n),
             "score_board": 150.0 * np.exp(-1.2 * miscoupling) + rng.normal(scale=3.0, size=n),
         }
@@ -383,9 +385,12 @@ def test_series_fits_of_scores_against_size_and_coupling_leave_out_excluded_memb
     kept = summary.filter(pl.col("in_fits"))
     score = kept["score_board"].to_numpy()
     coupling = -kept["miscoupling_all_k10"].to_numpy()
+    off_diagonal = -kept["miscoupling_offdiagonal_k10"].to_numpy()
     expected = {
         ("coupling_k10", "score_board"): coupling,
         ("coupling_k10", "loss"): coupling,
+        ("coupling_offdiagonal_k10", "score_board"): off_diagonal,
+        ("coupling_offdiagonal_k10", "loss"): off_diagonal,
         ("log10_parameters", "score_board"): np.log10(kept["parameters"].to_numpy()),
         ("num_layers", "score_board"): kept["num_layers"].to_numpy(),
         ("hidden_size", "score_board"): kept["hidden_size"].to_numpy(),
@@ -401,8 +406,11 @@ def test_series_fits_of_scores_against_size_and_coupling_leave_out_excluded_memb
         assert row["intercept"] == pytest.approx(reference.intercept, rel=1e-10)
         assert row["r2"] == pytest.approx(reference.rvalue**2, rel=1e-10)
         assert row["p_value"] == pytest.approx(reference.pvalue, rel=1e-8)
-        assert (row["k"], row["metric"]) == (
-            (10, "paper") if row["predictor"] == "coupling_k10" else (None, None)
+        pairs = {"coupling_k10": "all", "coupling_offdiagonal_k10": "offdiagonal"}
+        assert (row["k"], row["metric"], row["pairs"]) == (
+            (10, "paper", pairs[row["predictor"]])
+            if row["predictor"] in pairs
+            else (None, None, None)
         )
     (curve,) = fits.filter(pl.col("form") == "exponential").iter_rows(named=True)
     a, b = exponential_reference(coupling, score)

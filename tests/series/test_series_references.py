@@ -155,19 +155,23 @@ def test_summary_columns_are_the_aggregates_of_the_model_outputs(series_run):
 
 
 def test_fits_are_scipy_linregress_of_loss_on_coupling(series_run):
-    """fits.csv: per K, held-out loss on ``mini`` against coupling = −miscoupling_all_k{K}
+    """fits.csv: per K and pairs, held-out loss on ``mini`` against coupling =
+    −miscoupling_all_k{K} (all layer pairs) and −miscoupling_offdiagonal_k{K} (l ≠ l′)
     over the three checkpoints: slope, intercept, R² = r², two-sided p of the slope, n
     (the paper's metric's rows where fits.csv has a ``metric`` column; other metrics'
     summary columns carry a suffix and are left to their own tests)."""
     results = series_run / "results/series/tiny"
     summary = pl.read_csv(results / "summary.csv")
     fits = paper_rows(pl.read_csv(results / "fits.csv"))
-    assert sorted(fits["k"].to_list()) == KS and set(fits["generalisation"]) == {"loss"}
-    assert set(fits["form"]) == {"linear"}
+    assert sorted(fits.select("k", "pairs").rows()) == sorted(
+        (k, pairs) for k in KS for pairs in ("all", "offdiagonal")
+    )
+    assert set(fits["generalisation"]) == {"loss"} and set(fits["form"]) == {"linear"}
     differences = Differences()
     for row in fits.iter_rows(named=True):
-        assert row["predictor"] == f"coupling_k{row['k']}" and row["dataset"] == "mini"
-        x = -summary[f"miscoupling_all_k{row['k']}"].to_numpy()
+        name = "" if row["pairs"] == "all" else "offdiagonal_"
+        assert row["predictor"] == f"coupling_{name}k{row['k']}" and row["dataset"] == "mini"
+        x = -summary[f"miscoupling_{row['pairs']}_k{row['k']}"].to_numpy()
         fit = stats.linregress(x, summary["loss"].to_numpy())
         assert row["n"] == len(x)
         for column, value in (
