@@ -281,7 +281,7 @@ def test_jacobians_on_the_first_prompts_only_and_trajectories_on_every_one(llama
     """``jacobian_prompts: 1`` of three prompts: the Jacobians' tables and arrays of the
     first prompt are those of a run over every prompt, nothing of the others; the
     trajectories of all three are those of that run."""
-    from tests.coupling_runs import measure_prompts
+    from coupling_runs import measure_prompts
 
     prompts = [[1, 5, 9, 14, 3], [1, 7, 22, 4], [1, 8, 3, 11, 6, 2]]
     settings = CouplingSettings(ks=(2, 3))
@@ -304,3 +304,31 @@ def test_jacobians_on_the_first_prompts_only_and_trajectories_on_every_one(llama
     for table in ("trajectories", "layers"):
         assert getattr(first, table).equals(getattr(every, table)), table
     assert sorted(first.streams) == sorted(every.streams)
+
+
+def test_trajectory_scores_of_an_uneven_trajectory_follow_the_definitions():
+    """Expodistance, equidistance CV and the windowed LSS of a random (neither straight,
+    nor geometric, nor equally spaced) trajectory against the definitions written out
+    here: ED = Var_l(α^l) / (Mean_l α^l)², α^l = ln(‖x^l‖ / ‖x^{l−1}‖) (population
+    variance); CV = Std_l / Mean_l of the step lengths; LSS of the window of blocks
+    l − 1…l + 1 (width 3), cut at the ends, as the number of unit steps over the length of
+    their sum."""
+    rng = np.random.default_rng(7)
+    trajectory = np.cumsum(rng.normal(size=(9, 5)) + 0.4, axis=0) + 1.0
+    norms = [math.sqrt(sum(v * v for v in point)) for point in trajectory]
+    rates = np.array([math.log(norms[i] / norms[i - 1]) for i in range(1, 9)])
+    mean = rates.sum() / len(rates)
+    assert expodistance(trajectory) == pytest.approx(
+        ((rates - mean) ** 2).sum() / len(rates) / mean**2, rel=1e-10
+    )
+    steps = np.diff(trajectory, axis=0)
+    lengths = np.sqrt((steps**2).sum(axis=1))
+    mean_length = lengths.sum() / len(lengths)
+    cv = math.sqrt(((lengths - mean_length) ** 2).sum() / len(lengths)) / mean_length
+    assert equidistance_cv(trajectory) == pytest.approx(cv, rel=1e-10)
+    units = steps / lengths[:, None]
+    expected = []
+    for block in range(1, 9):
+        window = units[max(block - 1, 1) - 1 : min(block + 1, 8)]
+        expected.append(len(window) / np.linalg.norm(window.sum(axis=0)))
+    np.testing.assert_allclose(windowed_line_shape(trajectory, 3), expected, rtol=1e-10)

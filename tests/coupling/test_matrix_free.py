@@ -9,6 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from conftest import llama_tokenizer
+from tiny_models import save_tiny_model
 
 from layerlaws.coupling.costs import coupling_products, factor_products
 from layerlaws.coupling.measurement import TokenCoupling, measure_prompt
@@ -22,8 +24,6 @@ from layerlaws.coupling.operators import (
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model
-from tests.conftest import llama_tokenizer
-from tests.tiny_models import save_tiny_model
 
 IDS = torch.tensor([[1, 5, 9, 14, 3, 7, 22]])
 

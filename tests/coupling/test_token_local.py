@@ -14,6 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_models import (
+    ALL_FAMILIES,
+    FLOAT32_FAMILIES,
+    ROUNDED_IN_FLOAT32,
+    save_tiny_model,
+    tiny_family_model,
+)
 
 from layerlaws.coupling.costs import TOKEN_LOCAL, WHOLE_SEQUENCE
 from layerlaws.coupling.jacobians import jacobian_rows
@@ -23,13 +30,6 @@ from layerlaws.coupling.miscoupling import METRICS
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model
-from tests.tiny_models import (
-    ALL_FAMILIES,
-    FLOAT32_FAMILIES,
-    ROUNDED_IN_FLOAT32,
-    save_tiny_model,
-    tiny_family_model,
-)
 
 pytestmark = pytest.mark.slow
 

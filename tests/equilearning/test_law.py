@@ -3,6 +3,7 @@
 import numpy as np
 import polars as pl
 import pytest
+import scipy.stats
 
 from layerlaws.equilearning.law import best_datasets, fit_law, law_table
 
@@ -88,3 +89,40 @@ def test_best_datasets_rank_each_model_by_its_strongest_law():
         ("a", 2, "x", False),
         ("b", 1, "x", True),
     ]
+
+
+def test_law_table_fits_every_layer_from_one_on_a_curved_pr():
+    """A PR curve that is not exactly geometric (a bend at the first layers, as real models
+    show), so that each layer changes the fit: every statistic of ``law_table`` against
+    scipy's linregress of log PR over layers 1…L, layer 0 left out. Leaving layer 1 out
+    too would move the slope by far more than the tolerance."""
+    layers = np.arange(0, 13)
+    pr = 0.95**layers * (1 + 0.3 * np.exp(-layers / 2.0)) * (1 + 0.01 * np.sin(layers))
+    table = law_table(
+        pl.DataFrame(
+            {
+                "layer": layers,
+                "offset": 1,
+                "norm": "model",
+                "control": "none",
+                "pr": pr,
+                "n_rows": 100,
+            }
+        )
+    )
+    fit = scipy.stats.linregress(layers[1:], np.log(pr[1:]))
+    without_first = scipy.stats.linregress(layers[2:], np.log(pr[2:]))
+    assert abs(without_first.slope - fit.slope) > 1e-3
+    expected = [
+        np.exp(fit.slope),
+        fit.rvalue,
+        pr[1],
+        pr[-1],
+        pr[-1] / pr[1],
+        fit.intercept,
+        fit.slope,
+    ]
+    found = table.select(
+        "rho", "pearson", "pr_first", "pr_last", "overall_decay", "intercept", "slope"
+    ).row(0)
+    np.testing.assert_allclose(found, expected, rtol=1e-10, atol=1e-12)

@@ -39,3 +39,25 @@ def test_standardize_and_none(states):
     assert set(NORMS) == {"model", "standardize", "none"}
     with pytest.raises(ValueError, match="allowed"):
         normalize(states, "batch", "rmsnorm", 1e-6)
+
+
+@pytest.mark.parametrize(("norm_type", "eps"), [("rmsnorm", 1e-6), ("layernorm", 1e-5)])
+def test_model_norm_uses_the_models_own_eps_where_it_matters(norm_type, eps):
+    """Hidden states small enough (mean square about 1e-6) that the eps under the square
+    root changes the result: the ``model`` norm against torch's functional norm in float64
+    with the model's own eps. The other common eps (1e-5 against 1e-6) would give values
+    that differ by far more than the tolerance."""
+    rng = np.random.default_rng(1)
+    small = torch.from_numpy(rng.normal(size=(40, 16)) * 1e-3)
+    reference = {
+        "rmsnorm": lambda e: torch.nn.functional.rms_norm(small, (16,), eps=e),
+        "layernorm": lambda e: torch.nn.functional.layer_norm(small, (16,), eps=e),
+    }[norm_type]
+    other = 1e-5 if eps == 1e-6 else 1e-6
+    assert (reference(eps) - reference(other)).abs().max() > 0.1
+    np.testing.assert_allclose(
+        normalize(small, "model", norm_type, eps).numpy(),
+        reference(eps).numpy(),
+        rtol=1e-10,
+        atol=1e-12,
+    )

@@ -91,3 +91,24 @@ def test_constant_target_gives_nan_and_perfect_fit_gives_zero():
     assert np.isnan(prediction_residuals(constant, 3)[0][0])
     exact = Moments.of_rows(np.hstack([x, (x @ [1.0, 2.0, 3.0])[:, None]]))
     assert prediction_residuals(exact, 3)[0][0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_rank_deficient_features_at_a_large_scale_use_a_relative_cutoff():
+    """Features of the size of raw hidden states (about 1e6) with two exactly dependent
+    columns: the rounding error of the co-moment leaves eigenvalues of order 0.1 in the
+    dependent directions, far above an absolute 1e-12 but far below 1e-12 × the largest
+    (about 1e15). Dropped relative to the largest, they leave PR equal to lstsq's for
+    every target."""
+    rng = np.random.default_rng(4)
+    base = rng.normal(size=(400, 4)) * 1e6
+    x = np.hstack([base, base[:, :2] * 2.0 + base[:, 2:3] * 0.5])
+    targets = np.column_stack(
+        [base @ weights / 1e6 + rng.normal(size=400) for weights in np.eye(4)[:3] + 0.5]
+    )
+    moments = Moments.of_rows(np.hstack([x, targets]))
+    eigenvalues = np.linalg.eigvalsh(moments.comoment.numpy()[:6, :6])
+    assert eigenvalues.max() > 1e14 and np.abs(eigenvalues[:2]).max() > 1e-3
+    pr, rank = prediction_residuals(moments, 6)
+    assert rank == 4
+    expected = [lstsq_pr(x, targets[:, j]) for j in range(3)]
+    np.testing.assert_allclose(pr, expected, rtol=1e-8)

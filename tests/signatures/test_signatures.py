@@ -3,6 +3,7 @@
 import numpy as np
 import polars as pl
 import pytest
+import scipy.stats
 
 from layerlaws.core.geometry import cosine_matrix, r_cos
 from layerlaws.signatures.comparison import (
@@ -143,3 +144,29 @@ def test_compare_gives_all_views(counts):
         deciles.group_by("matrix", "signature").agg(pl.col("n_pairs").sum())["n_pairs"].to_list()
         == [190] * 4
     )
+
+
+def test_rcos_of_every_pair_is_pearson_not_spearman(counts):
+    """R_cos of ``compare``, pair by pair, against scipy's Pearson r of the off-diagonal
+    entries. The embedding similarities are strongly non-linear functions (a noisy cube, an
+    exponential) of the signatures' cosines, so Pearson and Spearman differ by far more
+    than the tolerance and a rank correlation cannot pass."""
+    unigrams, bigrams = counts
+    tokens = analysis_tokens(unigrams, bigrams, 20)
+    rows = signature_rows(bigrams, tokens, VOCAB)
+    signature_cos = {name: cosine_matrix(matrix) for name, matrix in rows.items()}
+    rng = np.random.default_rng(5)
+    base = signature_cos["next"] ** 3 + 0.05 * rng.normal(size=(20, 20))
+    embedding_cos = {"W_E": (base + base.T) / 2, "W_U": np.exp(4 * signature_cos["pre"])}
+    rcos, _, _ = compare(embedding_cos, signature_cos, tokens, [str(t) for t in tokens])
+    upper = np.triu_indices(20, k=1)
+    pairs = list(zip(rcos["matrix"], rcos["signature"], strict=True))
+    pearson, spearman = (
+        [
+            correlation(embedding_cos[matrix][upper], signature_cos[signature][upper]).statistic
+            for matrix, signature in pairs
+        ]
+        for correlation in (scipy.stats.pearsonr, scipy.stats.spearmanr)
+    )
+    assert np.abs(np.subtract(pearson, spearman)).max() > 0.01
+    np.testing.assert_allclose(rcos["r_cos"].to_numpy(), pearson, rtol=0, atol=1e-10)
