@@ -296,7 +296,7 @@ MEMBERS_K = 10
 
 def member_quantities(summary: pl.DataFrame) -> list[str]:
     """The columns of the members figure that have a value: the law's ρ and r and PR_L /
-    PR_1 (He & Su, Figs. 4 and 7), R_cos(W_E, φ_next) (Yao & Xu, Fig. 5B), the mean m̃
+    PR_1 (He & Su, Figs. 1 and 7), R_cos(W_E, φ_next) (Yao & Xu, Fig. 5B), the mean m̃
     over all layer pairs (paper's metric) at ``MEMBERS_K`` or the smallest K, and bits per
     byte."""
     ks = [
