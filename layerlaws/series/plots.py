@@ -1,7 +1,7 @@
 """Figures of a series and of a training run: each quantity against x (emergence with
 training, scaling with size), generalisation against coupling with its fitted line (Aubry
 et al., Fig. 1a), the scores' exponential fit against coupling (Fig. 8) and linear fits
-against size, depth and width (§5.4), and the members side by side (He & Su, Figs. 4 and
+against size, depth and width (§5.4), and the members side by side (He & Su, Figs. 1 and
 7; Yao & Xu, Fig. 5B)."""
 
 from __future__ import annotations
