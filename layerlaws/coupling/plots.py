@@ -19,8 +19,9 @@ from layerlaws.core.geometry import principal_plane
 WEIGHTS = ("trained", "random")
 DRAWN_METRIC = "paper"
 """The coupling metric the figures draw: Aubry et al.'s m̃ (Eq. 14)."""
-GRID_BLOCKS = 8
-"""Consecutive blocks of the depth grid, ending at the last (Fig. 3 draws blocks 9–16)."""
+GRID_BLOCKS = (9, 16)
+"""First and last block (1-based) of the depth grid, Fig. 3's; a model of fewer than 16
+blocks shows as many consecutive ones, ending at its last."""
 GRID_TOKENS = 8
 """Tokens of the token grid: the prompt's last ones (Fig. 4)."""
 
@@ -184,6 +185,14 @@ def _draw_grid(
         figure.colorbar(image, ax=axis, shrink=0.8, label="|A| / max |A| of the tile")
 
 
+def depth_grid_blocks(num_layers: int) -> range:
+    """The blocks (1-based) of the depth grid of a model of ``num_layers`` blocks: those of
+    ``GRID_BLOCKS``, or as many ending at its last block where it has fewer."""
+    first_block, last_block = GRID_BLOCKS
+    last = min(last_block, num_layers)
+    return range(max(last - (last_block - first_block), 1), last + 1)
+
+
 def plot_depth_grid(
     couplings: Mapping[str, np.ndarray],
     *,
@@ -191,14 +200,14 @@ def plot_depth_grid(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """|A_{ll′}| = |U′_{l′}ᵀ J^l V′_{l′}| of the first prompt's last token for the last
-    ``GRID_BLOCKS`` blocks, laid out l × l′, random twin on top and trained model below
-    (Aubry et al., Fig. 3); ``couplings`` is couplings.npz."""
-    num_layers = couplings["depth/trained/0"].shape[0]
-    first = max(num_layers - GRID_BLOCKS, 0)
-    grids = {w: couplings[f"depth/{w}/0"][first:, first:] for w in WEIGHTS}
+    """|A_{ll′}| = |U′_{l′}ᵀ J^l V′_{l′}| of the first prompt's last token for the blocks
+    of ``GRID_BLOCKS`` (9–16, Aubry et al.'s Fig. 3), laid out l × l′, random twin on top
+    and trained model below; ``couplings`` is couplings.npz."""
+    blocks = depth_grid_blocks(couplings["depth/trained/0"].shape[0])
+    rows = slice(blocks.start - 1, blocks.stop - 1)
+    grids = {w: couplings[f"depth/{w}/0"][rows, rows] for w in WEIGHTS}
     figure, axes = plt.subplots(2, 1, figsize=(options["width"] / 2, options["width"] * 0.9))
-    _draw_grid(figure, axes, grids, np.arange(first + 1, num_layers + 1), "block")
+    _draw_grid(figure, axes, grids, np.array(blocks), "block")
     k = int(couplings["k"])
     figure.suptitle(f"{title}: coupling across depth, last token, K={k}", fontsize=10)
     save_figure(figure, path, options)

@@ -16,7 +16,7 @@ from coupling_runs import measure_prompts
 from layerlaws.coupling.jacobians import jacobian_rows
 from layerlaws.coupling.measurement import TokenCoupling, measure_prompt
 from layerlaws.coupling.miscoupling import miscoupling_matrices
-from layerlaws.coupling.plots import pair_coupling
+from layerlaws.coupling.plots import depth_grid_blocks, pair_coupling
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.blocks import trace_blocks
 from layerlaws.models.loading import load_model
@@ -219,3 +219,11 @@ def test_the_coupling_stage_runs_and_its_tables_agree_with_its_matrices(base_con
     for name in ("depth_grid", "token_grid", "adjacency_graph", "depth", "adjacency"):
         assert (folder / f"{name}.svg").stat().st_size > 1000
     assert (folder / "trajectories/layers.svg").stat().st_size > 1000
+
+
+def test_the_depth_grid_shows_blocks_9_to_16_as_fig_3():
+    """Aubry et al.'s Fig. 3 draws blocks 9–16; a shallower model its last eight or all."""
+    assert list(depth_grid_blocks(30)) == list(range(9, 17))
+    assert list(depth_grid_blocks(16)) == list(range(9, 17))
+    assert list(depth_grid_blocks(12)) == list(range(5, 13))
+    assert list(depth_grid_blocks(4)) == [1, 2, 3, 4]
