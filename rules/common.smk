@@ -12,6 +12,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.settings import run_token_views
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
@@ -89,6 +90,10 @@ def needs(job):
 
 def model_dtype(wildcards):
     return EXPANDED.models[wildcards.model]["dtype"]
+
+
+def token_views(wildcards):
+    return run_token_views(config, wildcards.dataset)
 
 
 def model_quantization(stage):

@@ -13,11 +13,11 @@ PASS_PARAMS = {
             "shuffle_seed",
             "cutoff",
             "fuzziness",
-            "token_views",
             "special_tokens",
             "masking",
         )
     },
+    "token_views": token_views,
     "probe": model_probe,
     "dtype": model_dtype,
     "quantization": model_quantization("passes"),

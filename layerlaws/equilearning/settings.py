@@ -4,7 +4,9 @@ Fig. 7 for masked-LM probing), read once from the pass's rule params."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from layerlaws.core.settings import (
     StageSettings,
@@ -83,3 +85,12 @@ class EquilearningSettings(StageSettings):
     """Masked-LM probing (used when the model's probe is masked_lm)."""
 
     where = "equilearning"
+
+
+def run_token_views(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
+    """The ``token_views`` block of a validated config for a run on ``dataset``: its groups
+    the dataset's own where it names them (``datasets.<key>.token_view_groups``: He & Su
+    choose them by corpus, Figs. S1–S3 on BookCorpus, Figs. 2 and S4–S6 on domain sets)."""
+    views = dict(config["equilearning"]["token_views"])
+    groups = config["datasets"][dataset].get("token_view_groups")
+    return views if groups is None else {**views, "groups": groups}

@@ -12,6 +12,7 @@ from layerlaws.equilearning.settings import (
     FuzzinessSettings,
     MaskingSettings,
     TokenViewSettings,
+    run_token_views,
 )
 
 
@@ -97,3 +98,15 @@ def test_an_invalid_nested_value_is_named(block):
         EquilearningSettings.from_config({**block, "token_views": views})
     with pytest.raises(LayerlawsError, match=r"equilearning\.masking\.seed is missing"):
         MaskingSettings.from_config({"rate": 0.15, "scheme": "bert"})
+
+
+def test_a_dataset_may_name_its_own_token_view_groups():
+    """He & Su pick the token views' words by corpus (Figs. S1–S3, 2, S4–S6)."""
+    config = {
+        "equilearning": {"token_views": validated_block("equilearning")["token_views"]},
+        "datasets": {"books": {"token_view_groups": None}, "law": {"token_view_groups": [["law"]]}},
+    }
+    assert run_token_views(config, "books") == config["equilearning"]["token_views"]
+    own = run_token_views(config, "law")
+    assert own == {**config["equilearning"]["token_views"], "groups": [["law"]]}
+    assert config["equilearning"]["token_views"]["groups"] != [["law"]]
