@@ -151,7 +151,7 @@ def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple
         raise LayerlawsError(
             f"could not fetch the weights of {source['id']!r}: {error}. Check that this machine "
             f"can reach the hub (and, for a gated model, that you accepted its licence and ran "
-            f"`huggingface-cli login`)"
+            f"`hf auth login` or set HF_TOKEN)"
         ) from error
 
 
