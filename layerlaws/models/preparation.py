@@ -246,8 +246,9 @@ def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> Mo
         else:
             tokenizer = _checked_tokenizer(folder)
     if init == "random":
-        model = randomly_initialised(model, int(model_config.get("init_seed", 0)))
-        model = model.to(torch_dtype(weights_dtype(model.config)))
+        stored = torch_dtype(weights_dtype(model.config))  # the source's weights' dtype
+        model = randomly_initialised(model, int(model_config.get("init_seed", 0))).to(stored)
+        model.config.dtype = stored
         weights = None
     facts = model_facts(model, {**source, "init": init}, weights, head_trained)
     out.mkdir(parents=True)
