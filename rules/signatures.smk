@@ -69,6 +69,7 @@ rule compare_signatures:
         ),
         per_token=f"{LAYOUT.signatures()}/per_token.parquet",
         percentiles=f"{LAYOUT.signatures()}/percentiles.csv",
+        percentile_bins=f"{LAYOUT.signatures()}/percentile_bins.csv",
         views=f"{LAYOUT.signatures()}/views.npz",
         summary=f"{LAYOUT.signatures()}/summary.json",
     log:
@@ -147,6 +148,9 @@ rule compare_own_corpora:
         ),
         percentiles=lambda wildcards: TARGETS.own_corpus_files(
             wildcards.own_corpus, "percentiles.csv"
+        ),
+        percentile_bins=lambda wildcards: TARGETS.own_corpus_files(
+            wildcards.own_corpus, "percentile_bins.csv"
         ),
     output:
         rcos=report(

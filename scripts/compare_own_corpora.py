@@ -1,7 +1,7 @@
 """Snakemake entry point: a ``signatures.own_corpus`` group, each trained model against its
-own training corpus (Yao & Xu Fig. 5B–E): R_cos per dataset as a table and a figure, the
-per-token view with every dataset's tokens pooled, and the decile profile pooled over the
-datasets."""
+own training corpus (Yao & Xu Fig. 5B–E, 11): R_cos per dataset as a table and a figure,
+the per-token view with every dataset's tokens pooled, and the decile profile pooled over
+the datasets (mean and quartiles)."""
 
 import polars as pl
 
@@ -16,7 +16,8 @@ def main() -> None:
     rcos = by_run([pl.read_csv(path) for path in snakemake.input.rcos], runs)
     per_token = by_run([pl.read_parquet(path) for path in snakemake.input.per_token], runs)
     deciles = pooled_deciles(
-        by_run([pl.read_csv(path) for path in snakemake.input.percentiles], runs)
+        by_run([pl.read_csv(path) for path in snakemake.input.percentiles], runs),
+        by_run([pl.read_csv(path) for path in snakemake.input.percentile_bins], runs),
     )
     write_csv(output.rcos, rcos)
     write_csv(output.deciles, deciles)

@@ -27,6 +27,7 @@ def main() -> None:
     write_csv(snakemake.output.rcos, result.rcos)
     write_parquet(snakemake.output.per_token, result.per_token)
     write_csv(snakemake.output.percentiles, result.percentiles)
+    write_csv(snakemake.output.percentile_bins, result.percentile_bins)
     write_npz(snakemake.output.views, result.views)
     write_json(snakemake.output.summary, result.summary)
 

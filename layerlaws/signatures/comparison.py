@@ -134,17 +134,41 @@ def by_run(tables: Sequence[pl.DataFrame], runs: Sequence[Sequence[str]]) -> pl.
     return _labelled(tables, [{"model": model, "corpus": corpus} for model, corpus in runs])
 
 
-def pooled_deciles(deciles: pl.DataFrame) -> pl.DataFrame:
-    """The decile profile of several corpora pooled (Yao & Xu, Appendix C.1, Fig. 5E):
-    each corpus's similarity pairs ranked within that corpus, then the pairs of every corpus
-    taken together, so a decile's mean signature percentile is the pair-weighted mean of
-    the corpora's, Σ n_pairs·mean / Σ n_pairs. ``deciles``: the stacked percentile tables
-    (matrix, signature, decile, mean, n_pairs, …); result columns matrix, signature,
-    decile, mean, n_pairs."""
+QUARTILES = {"q25": 0.25, "median": 0.5, "q75": 0.75}
+"""The quartile columns of a decile profile and their quantiles."""
+
+
+def pooled_deciles(deciles: pl.DataFrame, bins: pl.DataFrame) -> pl.DataFrame:
+    """The decile profile of several corpora pooled (Yao & Xu, Appendix C.1, Figs. 5D–E
+    and 11): each corpus's similarity pairs ranked within that corpus, then the pairs of
+    every corpus taken together, so a decile's mean signature percentile is the
+    pair-weighted mean of the corpora's, Σ n_pairs·mean / Σ n_pairs, and its quartiles
+    those of the summed histograms (``percentile_bins``; ``binned_quantile``, exact to one
+    percentile point). ``deciles``: the stacked percentile tables (matrix, signature,
+    decile, mean, n_pairs, …); ``bins``: the stacked bin tables; result columns matrix,
+    signature, decile, mean, q25, median, q75, n_pairs."""
+    keys = ["matrix", "signature", "decile"]
     weighted = (pl.col("mean") * pl.col("n_pairs")).sum() / pl.col("n_pairs").sum()
-    return deciles.group_by("matrix", "signature", "decile", maintain_order=True).agg(
+    means = deciles.group_by(*keys, maintain_order=True).agg(
         weighted.alias("mean"), pl.col("n_pairs").sum()
     )
+    summed = bins.group_by(*keys, "bin").agg(pl.col("n_pairs").sum())
+    quartiles = []
+    for key, block in summed.group_by(*keys):
+        values, counts = block["bin"].to_numpy(), block["n_pairs"].to_numpy()
+        quartiles.append(
+            dict(zip(keys, key, strict=True))
+            | {name: binned_quantile(values, counts, q) for name, q in QUARTILES.items()}
+        )
+    table = pl.DataFrame(
+        quartiles,
+        schema={
+            **dict.fromkeys(keys[:2], pl.String),
+            "decile": pl.Int64,
+            **dict.fromkeys(QUARTILES, pl.Float64),
+        },
+    )
+    return means.join(table, on=keys, how="left").select(*keys, "mean", *QUARTILES, "n_pairs")
 
 
 def percentiles(values: np.ndarray) -> np.ndarray:
@@ -152,12 +176,51 @@ def percentiles(values: np.ndarray) -> np.ndarray:
     return ((stats.rankdata(values) - 0.5) * (100.0 / len(values))).astype(np.float32)
 
 
+PERCENTILE_BINS = 100
+"""Bins of the signature percentile in ``percentile_bins``: one percentile point each."""
+
+
+def deciles_of(embedding_percentile: np.ndarray) -> np.ndarray:
+    """The decile (1–10) of each embedding-similarity percentile (0–100)."""
+    return np.minimum((embedding_percentile // 10).astype(np.int64), 9) + 1
+
+
+def percentile_bins(
+    embedding_percentile: np.ndarray, signature_percentile: np.ndarray
+) -> pl.DataFrame:
+    """The signature percentile's histogram in each decile of the embedding percentile:
+    columns decile (1–10), bin (0…``PERCENTILE_BINS`` − 1: percentiles [bin, bin + 1)),
+    n_pairs (the empty bins left out). Histograms add, so corpora pool exactly
+    (``pooled_deciles``)."""
+    width = 100.0 / PERCENTILE_BINS
+    bins = np.minimum(signature_percentile.astype(np.float64) // width, PERCENTILE_BINS - 1)
+    frame = pl.DataFrame({"decile": deciles_of(embedding_percentile), "bin": bins.astype(np.int64)})
+    return (
+        frame.group_by("decile", "bin")
+        .agg(pl.len().cast(pl.Int64).alias("n_pairs"))
+        .sort("decile", "bin")
+    )
+
+
+def binned_quantile(bins: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """The q-quantile of percentiles binned by ``percentile_bins`` (bin indices ``bins``,
+    their ``counts``), linear within its bin: exact to a bin's width."""
+    order = np.argsort(bins)
+    bins, counts = bins[order], counts[order].astype(np.float64)
+    target = q * counts.sum()
+    cumulative = np.cumsum(counts)
+    at = int(np.searchsorted(cumulative, target))
+    below = cumulative[at] - counts[at]
+    width = 100.0 / PERCENTILE_BINS
+    return float((bins[at] + (target - below) / counts[at]) * width)
+
+
 def decile_profile(
     embedding_percentile: np.ndarray, signature_percentile: np.ndarray
 ) -> pl.DataFrame:
     """Distribution of the signature percentile in each decile of the embedding percentile:
     columns decile (1–10), mean, q25, median, q75, n_pairs."""
-    decile = np.minimum((embedding_percentile // 10).astype(np.int64), 9) + 1
+    decile = deciles_of(embedding_percentile)
     frame = pl.DataFrame({"decile": decile, "value": signature_percentile.astype(np.float64)})
     return (
         frame.group_by("decile")
@@ -178,11 +241,12 @@ def compare(
     tokens: np.ndarray,
     labels: list[str],
     per_token_diagonal: str = "include",
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The three views of every pair: ``rcos`` (matrix, signature, r_cos, n_tokens),
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The views of every pair: ``rcos`` (matrix, signature, r_cos, n_tokens),
     ``per_token`` (matrix, signature, token, text, correlation, mean_similarity; each row
     with its diagonal entry if ``per_token_diagonal`` is ``include``) and ``percentiles``
-    (matrix, signature, decile, mean, q25, median, q75, n_pairs)."""
+    (matrix, signature, decile, mean, q25, median, q75, n_pairs), and the percentiles'
+    histograms per decile, ``bins`` (matrix, signature, decile, bin, n_pairs)."""
     rcos = pl.DataFrame(
         [
             (matrix, signature, r_cos(embedding_cos[matrix], signature_cos[signature]), len(tokens))
@@ -200,7 +264,7 @@ def compare(
         name: percentiles(off_diagonal(matrix))
         for name, matrix in {**embedding_cos, **signature_cos}.items()
     }
-    token_views, decile_views = [], []
+    token_views, decile_views, bin_views = [], [], []
     for matrix, signature in PROFILED_PAIRS:
         correlation, mean = per_token_agreement(
             embedding_cos[matrix], signature_cos[signature], per_token_diagonal == "include"
@@ -217,13 +281,12 @@ def compare(
                 }
             )
         )
+        labels_of = (pl.lit(matrix).alias("matrix"), pl.lit(signature).alias("signature"))
         profile = decile_profile(ranked[matrix], ranked[signature])
-        decile_views.append(
-            profile.select(
-                pl.lit(matrix).alias("matrix"), pl.lit(signature).alias("signature"), pl.all()
-            )
-        )
-    return rcos, pl.concat(token_views), pl.concat(decile_views)
+        decile_views.append(profile.select(*labels_of, pl.all()))
+        histogram = percentile_bins(ranked[matrix], ranked[signature])
+        bin_views.append(histogram.select(*labels_of, pl.all()))
+    return rcos, pl.concat(token_views), pl.concat(decile_views), pl.concat(bin_views)
 
 
 VIEW_TOKENS = 100
@@ -268,6 +331,7 @@ class SignatureComparison:
     rcos: pl.DataFrame
     per_token: pl.DataFrame
     percentiles: pl.DataFrame
+    percentile_bins: pl.DataFrame
     views: dict[str, np.ndarray]
     summary: dict[str, Any]
 
@@ -306,7 +370,7 @@ def compare_with_embeddings(
     embedding_cos["W_U"] = (
         embedding_cos["W_E"] if tied else cosine_matrix(output_embeddings[tokens], np.float32)
     )
-    rcos, per_token, deciles = compare(
+    rcos, per_token, deciles, bins = compare(
         embedding_cos, signature_cos, tokens, labels, settings.per_token_diagonal
     )
     summary = {
@@ -319,4 +383,4 @@ def compare_with_embeddings(
         "distinct_bigrams": len(bigrams),
     }
     views = similarity_views({**embedding_cos, **signature_cos}, labels)
-    return SignatureComparison(rcos, per_token, deciles, views, summary)
+    return SignatureComparison(rcos, per_token, deciles, bins, views, summary)

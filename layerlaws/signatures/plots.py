@@ -100,8 +100,7 @@ def plot_deciles(
     options: Mapping[str, Any],
 ) -> None:
     """Signature-similarity percentile in each decile of the embedding-similarity percentile,
-    mean with interquartile band where ``deciles`` has quartiles (Fig. 5D/E; pooled over
-    corpora, the mean alone: Fig. 5E)."""
+    mean with interquartile band (Fig. 5D–E; pooled over corpora, Fig. 11)."""
     figure, axis = plt.subplots(figsize=(options["width"] / 2, 3.5))
     for (matrix, signature), block in deciles.sort("decile").group_by(
         ["matrix", "signature"], maintain_order=True

@@ -153,7 +153,9 @@ def test_each_model_is_compared_with_its_own_corpus(own_run):
 
 def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run):
     """Yao & Xu, Appendix C.1: percentiles of each corpus's own similarity pairs, pairs
-    of both corpora concatenated, the mean signature percentile per embedding decile."""
+    of both corpora concatenated, the mean signature percentile per embedding decile and
+    its median (from the corpora's histograms: within a percentile point, and the float32
+    cosines' rounding)."""
     embedding_percentiles, signature_percentiles = [], []
     for corpus in ("first", "second"):
         w_e, w_u = embeddings(own_run, f"on-{corpus}")
@@ -169,13 +171,24 @@ def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run):
     decile = np.minimum(np.floor(embedding_p / 10), 9) + 1
     expected = [signature_p[decile == k].mean() for k in range(1, 11)]
     pooled = pl.read_csv(own_run / "results/signatures/own_corpus/halves/pooled_deciles.csv")
-    assert pooled.columns == ["matrix", "signature", "decile", "mean", "n_pairs"]
+    assert pooled.columns == [
+        "matrix",
+        "signature",
+        "decile",
+        "mean",
+        "q25",
+        "median",
+        "q75",
+        "n_pairs",
+    ]
     mine = pooled.filter((pl.col("matrix") == "W_E") & (pl.col("signature") == "next")).sort(
         "decile"
     )
     assert mine["decile"].to_list() == list(range(1, 11))
     assert mine["n_pairs"].to_list() == [int((decile == k).sum()) for k in range(1, 11)]
-    assert np.allclose(mine["mean"].to_numpy(), expected, atol=0.05)
+    np.testing.assert_allclose(mine["mean"].to_numpy(), expected, rtol=0, atol=0.05)
+    medians = [np.median(signature_p[decile == k]) for k in range(1, 11)]
+    np.testing.assert_allclose(mine["median"].to_numpy(), medians, rtol=0, atol=1.1)
 
 
 @pytest.fixture

@@ -11,7 +11,9 @@ from layerlaws.signatures.comparison import (
     compare,
     decile_profile,
     per_token_agreement,
+    percentile_bins,
     percentiles,
+    pooled_deciles,
     signature_rows,
 )
 
@@ -114,8 +116,14 @@ def test_compare_gives_all_views(counts):
         "W_E": cosine_matrix(rng.normal(size=(20, 6))),
         "W_U": cosine_matrix(rows["pre"].toarray()),
     }
-    rcos, per_token, deciles = compare(
+    rcos, per_token, deciles, bins = compare(
         embedding_cos, signature_cos, tokens, [str(t) for t in tokens]
+    )
+    assert bins.columns == ["matrix", "signature", "decile", "bin", "n_pairs"]
+    counted = bins.group_by("matrix", "signature", "decile").agg(pl.col("n_pairs").sum())
+    expected = deciles.select("matrix", "signature", "decile", "n_pairs")
+    assert counted.sort("matrix", "signature", "decile").equals(
+        expected.sort("matrix", "signature", "decile")
     )
     assert rcos.columns == ["matrix", "signature", "r_cos", "n_tokens"]
     assert rcos.filter((pl.col("matrix") == "W_U") & (pl.col("signature") == "pre"))["r_cos"][
@@ -158,7 +166,7 @@ def test_rcos_of_every_pair_is_pearson_not_spearman(counts):
     rng = np.random.default_rng(5)
     base = signature_cos["next"] ** 3 + 0.05 * rng.normal(size=(20, 20))
     embedding_cos = {"W_E": (base + base.T) / 2, "W_U": np.exp(4 * signature_cos["pre"])}
-    rcos, _, _ = compare(embedding_cos, signature_cos, tokens, [str(t) for t in tokens])
+    rcos, _, _, _ = compare(embedding_cos, signature_cos, tokens, [str(t) for t in tokens])
     upper = np.triu_indices(20, k=1)
     pairs = list(zip(rcos["matrix"], rcos["signature"], strict=True))
     pearson, spearman = (
@@ -170,3 +178,38 @@ def test_rcos_of_every_pair_is_pearson_not_spearman(counts):
     )
     assert np.abs(np.subtract(pearson, spearman)).max() > 0.01
     np.testing.assert_allclose(rcos["r_cos"].to_numpy(), pearson, rtol=0, atol=1e-10)
+
+
+def test_corpora_pool_into_one_decile_profile_with_its_quartiles():
+    """Two corpora's pairs (percentiles ranked within each) pooled from their tables alone:
+    the mean and pair counts exactly, the quartiles within one percentile point of numpy's
+    quantiles of the concatenated pairs (Yao & Xu Fig. 5D–E, 11)."""
+    rng = np.random.default_rng(5)
+    tables, bins, pooled_embedding, pooled_signature = [], [], [], []
+    for size in (4000, 2500):
+        embedding = percentiles(rng.normal(size=size))
+        signature = percentiles(embedding + rng.normal(scale=30.0, size=size))
+        label = (pl.lit("W_E").alias("matrix"), pl.lit("next").alias("signature"))
+        tables.append(decile_profile(embedding, signature).select(*label, pl.all()))
+        bins.append(percentile_bins(embedding, signature).select(*label, pl.all()))
+        pooled_embedding.append(embedding)
+        pooled_signature.append(signature)
+    pooled = pooled_deciles(pl.concat(tables), pl.concat(bins)).sort("decile")
+    assert pooled.columns == [
+        "matrix",
+        "signature",
+        "decile",
+        "mean",
+        "q25",
+        "median",
+        "q75",
+        "n_pairs",
+    ]
+    embedding, signature = np.concatenate(pooled_embedding), np.concatenate(pooled_signature)
+    decile = np.minimum(embedding // 10, 9).astype(int) + 1
+    groups = [signature[decile == k].astype(np.float64) for k in range(1, 11)]
+    assert pooled["n_pairs"].to_list() == [len(group) for group in groups]
+    np.testing.assert_allclose(pooled["mean"], [group.mean() for group in groups], rtol=1e-9)
+    for name, q in (("q25", 0.25), ("median", 0.5), ("q75", 0.75)):
+        expected = [np.quantile(group, q) for group in groups]
+        np.testing.assert_allclose(pooled[name], expected, rtol=0, atol=1.0, err_msg=name)
