@@ -78,7 +78,7 @@ def signatures(
 ) -> SignatureComparison:
     """Count the unigrams and bigrams of ``texts`` (whole, untruncated) and compare their
     signatures with the model's input and output embeddings: ``rcos``, ``per_token``,
-    ``percentiles``, ``views``, ``summary`` as the pipeline writes them."""
+    ``percentiles``, ``percentile_bins``, ``views``, ``summary`` as the pipeline writes them."""
     tokens = with_successors(_tokens(texts, tokenizer, None))
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
