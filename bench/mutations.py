@@ -318,8 +318,8 @@ MUTATIONS = (
     Mutation(
         "deciles_off_by_one",
         "signatures/comparison.py",
-        "decile = np.minimum((embedding_percentile // 10).astype(np.int64), 9) + 1",
-        "decile = np.minimum((embedding_percentile // 10).astype(np.int64), 9)",
+        "return np.minimum((embedding_percentile // 10).astype(np.int64), 9) + 1",
+        "return np.minimum((embedding_percentile // 10).astype(np.int64), 9)",
         ("tests/signatures/test_signatures.py",),
         "similarity deciles are numbered 0–9 instead of 1–10",
     ),
