@@ -41,7 +41,15 @@ _SPLIT: ContextVar[tuple[tuple[torch.Tensor, torch.Tensor], list] | None] = Cont
 )
 """While a re-run is under way: the constant prefix's keys and values, (B, H_kv, P, d_head)
 each, and the list the cache stand-in appends the token's own keys and values to."""
-_REGISTERED: list[bool] = []
+
+
+def _eager_modules(block: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules of ``block`` whose config names the eager attention implementation."""
+    return [
+        module
+        for module in block.modules()
+        if getattr(getattr(module, "config", None), "_attn_implementation", None) == "eager"
+    ]
 
 
 @contextmanager
@@ -53,11 +61,7 @@ def split_keys(
     the constant prefix. Yields the list to which the cache stand-in appends the token's
     own keys and values as its attention computes them."""
     _register()
-    configs = {
-        id(module.config): module.config
-        for module in block.modules()
-        if getattr(getattr(module, "config", None), "_attn_implementation", None) == "eager"
-    }
+    configs = {id(module.config): module.config for module in _eager_modules(block)}
     own: list[tuple[torch.Tensor, torch.Tensor]] = []
     token = _SPLIT.set((prefix, own))
     try:
@@ -92,20 +96,16 @@ def _standard(module_name: str) -> bool:
 
 def splittable(block: torch.nn.Module) -> bool:
     """Whether every attention of ``block`` is one ``split_attention`` reproduces."""
-    families = {
-        type(module).__module__
-        for module in block.modules()
-        if getattr(getattr(module, "config", None), "_attn_implementation", None) == "eager"
-    }
+    families = {type(module).__module__ for module in _eager_modules(block)}
     return bool(families) and all(_standard(name) for name in families)
 
 
+@cache
 def _register() -> None:
-    if not _REGISTERED:
-        from transformers import AttentionInterface
+    """Register ``split_attention`` with transformers under ``NAME`` (once)."""
+    from transformers import AttentionInterface
 
-        AttentionInterface.register(NAME, split_attention)
-        _REGISTERED.append(True)
+    AttentionInterface.register(NAME, split_attention)
 
 
 def _repeated(states: torch.Tensor, groups: int) -> torch.Tensor:

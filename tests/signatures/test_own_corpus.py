@@ -21,6 +21,7 @@ from snakemake_runs import run_ok, write_config
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.pipeline.expansion import ExpandedConfig
+from tests.signatures.test_signatures import DECILE_COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -171,16 +172,7 @@ def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run):
     decile = np.minimum(np.floor(embedding_p / 10), 9) + 1
     expected = [signature_p[decile == k].mean() for k in range(1, 11)]
     pooled = pl.read_csv(own_run / "results/signatures/own_corpus/halves/pooled_deciles.csv")
-    assert pooled.columns == [
-        "matrix",
-        "signature",
-        "decile",
-        "mean",
-        "q25",
-        "median",
-        "q75",
-        "n_pairs",
-    ]
+    assert pooled.columns == DECILE_COLUMNS
     mine = pooled.filter((pl.col("matrix") == "W_E") & (pl.col("signature") == "next")).sort(
         "decile"
     )

@@ -18,6 +18,9 @@ from layerlaws.signatures.comparison import (
 )
 
 VOCAB = 30
+DECILE_COLUMNS = ["matrix", "signature", "decile", "mean", "q25", "median", "q75", "n_pairs"]
+"""The columns of a decile profile, per corpus and pooled (percentiles.csv,
+pooled_deciles.csv)."""
 
 
 @pytest.fixture
@@ -138,16 +141,7 @@ def test_compare_gives_all_views(counts):
         "mean_similarity",
     ]
     assert len(per_token) == 4 * 20
-    assert deciles.columns == [
-        "matrix",
-        "signature",
-        "decile",
-        "mean",
-        "q25",
-        "median",
-        "q75",
-        "n_pairs",
-    ]
+    assert deciles.columns == DECILE_COLUMNS
     assert (
         deciles.group_by("matrix", "signature").agg(pl.col("n_pairs").sum())["n_pairs"].to_list()
         == [190] * 4
@@ -195,16 +189,7 @@ def test_corpora_pool_into_one_decile_profile_with_its_quartiles():
         pooled_embedding.append(embedding)
         pooled_signature.append(signature)
     pooled = pooled_deciles(pl.concat(tables), pl.concat(bins)).sort("decile")
-    assert pooled.columns == [
-        "matrix",
-        "signature",
-        "decile",
-        "mean",
-        "q25",
-        "median",
-        "q75",
-        "n_pairs",
-    ]
+    assert pooled.columns == DECILE_COLUMNS
     embedding, signature = np.concatenate(pooled_embedding), np.concatenate(pooled_signature)
     decile = np.minimum(embedding // 10, 9).astype(int) + 1
     groups = [signature[decile == k].astype(np.float64) for k in range(1, 11)]
