@@ -37,6 +37,37 @@ rule count_tokens:
         "../scripts/count_tokens.py"
 
 
+# A training's checkpoints on their own training dataset are compared with the counts of
+# the packed sequences the training read (signatures.own_corpus_counts: trained).
+rule training_token_shards:
+    input:
+        sequences=f"{LAYOUT.training()}/sequences.npy",
+        tokenizer=lambda wildcards: LAYOUT.model(
+            training_config(wildcards)["tokenizer"]
+        ),
+    output:
+        directory(f"{LAYOUT.training_counts()}/shards"),
+    log:
+        LAYOUT.log("training_token_shards", "{training}"),
+    script:
+        "../scripts/training_token_shards.py"
+
+
+rule count_training_tokens:
+    input:
+        shards=f"{LAYOUT.training_counts()}/shards",
+    output:
+        unigrams=f"{LAYOUT.training_counts()}/unigrams.parquet",
+        bigrams=f"{LAYOUT.training_counts()}/bigrams.parquet",
+    log:
+        LAYOUT.log("count_training_tokens", "{training}"),
+    threads: 2
+    resources:
+        mem_mb=EXECUTION.duckdb_memory_mb,
+    script:
+        "../scripts/count_tokens.py"
+
+
 rule pool_counts:
     input:
         unigrams=pool_members("unigrams"),

@@ -1,10 +1,26 @@
 """Snakemake entry point (`snakemake estimate`): what every model-running job of the config
 will need, printed before anything runs, and every job planned to run longer than its
-partition allows (``execution.partition_runtime_limits``); last, the GPU-hours of the
-plan and its wall time on the ``--resources gpu=N`` given (1 when none)."""
+partition allows (``execution.partition_runtime_limits``); each training's tokens against
+its corpus; last, the GPU-hours of the plan and its wall time on the ``--resources gpu=N``
+given (1 when none)."""
+
+import json
+from pathlib import Path
 
 from layerlaws.core.logs import run_logged
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, plan_table, runtime_overruns
+from layerlaws.training.epochs import corpus_line
+
+
+def training_lines(planner: JobPlanner) -> list[str]:
+    """``corpus_line`` of every training, with its packed corpus's facts once packed."""
+    lines = []
+    for key, settings in planner.config["training"].items():
+        packed = Path(planner.layout.training(key)) / "corpus.json"
+        facts = json.loads(packed.read_text()) if packed.is_file() else None
+        dataset = planner.config["datasets"][settings["dataset"]]
+        lines.append(corpus_line(key, settings, dataset, facts))
+    return lines
 
 
 def main() -> None:
@@ -12,6 +28,8 @@ def main() -> None:
     rows = planner.plan()
     print(plan_table(rows), flush=True)
     for line in runtime_overruns(rows, snakemake.params.partitions, planner.execution):
+        print(line, flush=True)
+    for line in training_lines(planner):
         print(line, flush=True)
     print(gpu_hours_line(rows, snakemake.params.gpus), flush=True)
 

@@ -10,7 +10,7 @@ import polars as pl
 from layerlaws.core.atomic import atomic_path, write_json
 from layerlaws.core.logs import run_logged
 from layerlaws.models.loading import load_tokenizer
-from layerlaws.training.plan import TrainingSpec, batches_per_epoch
+from layerlaws.training.plan import TrainingSpec, batches_per_epoch, epoch_corpus
 from layerlaws.training.segments import corpus_facts
 from layerlaws.training.train import packed_texts
 
@@ -28,7 +28,8 @@ def main() -> None:
     spec = TrainingSpec.of(snakemake.params.training)
     tokenizer = load_tokenizer(snakemake.input.tokenizer)
     texts = texts_of(snakemake.input.corpus)
-    sequences = packed_texts(tokenizer, texts, spec.context)
+    dataset = snakemake.params.training["dataset"]
+    sequences = epoch_corpus(packed_texts(tokenizer, texts, spec.context), spec, dataset)
     batches_per_epoch(len(sequences), spec)  # fails here if there is not one batch
     # No held-out dataset: no sequences, and no held-out loss.
     held_out = np.empty((0, spec.context), dtype=np.int64)

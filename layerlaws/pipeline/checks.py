@@ -29,7 +29,7 @@ def require_key(where: str, value: Any, table: str, known: Collection[str]) -> N
 
 
 def check_trainings(config: Mapping[str, Any]) -> None:
-    """Each training names a model (its tokenizer) and datasets."""
+    """Each training names a model (its tokenizer) and datasets, and has whole epochs."""
     for key, training in config["training"].items():
         for field, table in (
             ("tokenizer", "models"),
@@ -38,6 +38,13 @@ def check_trainings(config: Mapping[str, Any]) -> None:
         ):
             if training[field] is not None:
                 require_key(f"training.{key}.{field}", training[field], table, config[table])
+        epochs = training.get("epochs")
+        if epochs is not None and training["steps"] % epochs:
+            raise LayerlawsError(
+                f"config training.{key}.epochs is {epochs}, and steps ({training['steps']}) is "
+                f"not a multiple of it: each epoch must be whole steps; make steps a multiple "
+                f"of epochs"
+            )
 
 
 def check_series(config: Mapping[str, Any]) -> None:

@@ -326,6 +326,16 @@ class ExpandedConfig:
         """The step-0 checkpoint of a training checkpoint, else None."""
         return step_zero_model(self.models, model)
 
+    def counted_training(self, model: str, corpus: str) -> str | None:
+        """The training whose packed sequences are ``model``'s counts on ``corpus``: the
+        model's own training when ``corpus`` is that training's dataset and
+        ``signatures.own_corpus_counts`` is ``trained``; else None (the corpus's source is
+        counted)."""
+        training = self.models[model]["source"].get("training")
+        if training is None or self.config["signatures"]["own_corpus_counts"] != "trained":
+            return None
+        return training if self.config["training"][training]["dataset"] == corpus else None
+
     def signature_corpora(self, model: str) -> list[str]:
         """The corpora of ``model``'s signature runs, in order."""
         return [corpus for key, corpus in self.signature_runs if key == model]

@@ -33,6 +33,11 @@ class Layout:
         """A training's curve, manifest, summary and curve figure."""
         return f"{self.root}/training/{training}"
 
+    def training_counts(self, training: str = TRAINING) -> str:
+        """The token shards and unigram and bigram counts of the sequences a training
+        read (its checkpoints' signatures on their own corpus)."""
+        return f"{self.training(training)}/counts"
+
     def checkpoints(self, training: str = TRAINING) -> str:
         """Where a training writes its checkpoints (not declared as outputs: a resumed
         training finds them there)."""
@@ -150,6 +155,7 @@ class Layout:
             name: getattr(self, name)()
             for name in (
                 "training",
+                "training_counts",
                 "checkpoints",
                 "model",
                 "hidden",

@@ -399,8 +399,10 @@ class JobPlanner:
                     "data": prompts if shards == 1 else f"{prompts}[{shard}/{shards}]",
                     "parameters": size.parameters,
                     "sized_by": sized_by,
-                    "tokens": 0,
-                    "tokens_known": "",
+                    "tokens": -(
+                        -prompt_count(self.config["coupling"]["prompts"][prompts]) // shards
+                    ),
+                    "tokens_known": "prompts",
                     "cache_bytes_float32": 0,
                     **asdict(needs),
                 }
@@ -436,6 +438,8 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         gpus = f"{row['gpu']} x {row['gpu_mb'] / 1024:.1f}" if row["gpu"] else "cpu"
         tokens = f"{row['tokens_known'].replace('at most', '<=')} {row['tokens']:,}".strip()
+        if row["tokens_known"] == "prompts":
+            tokens = f"{row['tokens']:,} prompts"
         lines.append(
             f"{row['job']:18s} {row['model']:26s} {row['data']:14s} "
             f"{row['parameters'] / 1e9:7.2f}B {tokens:>12s} {gpus:>11s} "

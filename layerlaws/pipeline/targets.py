@@ -236,7 +236,11 @@ class Targets:
 
     def counts(self, model: str, corpus: str, kind: str) -> str:
         """A corpus's ``kind`` counts for ``model``'s tokenizer (shared by the checkpoints
-        of a training)."""
+        of a training), or those of the sequences its training read
+        (``ExpandedConfig.counted_training``)."""
+        training = self.expanded.counted_training(model, corpus)
+        if training is not None:
+            return f"{self.layout.training_counts(training)}/{kind}.parquet"
         owner = self.expanded.tokenizer_owner(model)
         return f"{self.layout.signatures(owner, corpus)}/{kind}.parquet"
 

@@ -210,6 +210,44 @@ def with_successors(table: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+PACKED_SHARD_TOKENS = 2**22
+"""Token rows per shard of packed sequences (about 100 MB of table in memory)."""
+
+
+def packed_token_shards(
+    sequences: np.ndarray, separator_id: int, out_folder: str | Path
+) -> dict[str, int]:
+    """Write packed training ``sequences`` ((n, context) int64, texts joined by
+    ``separator_id``) as token shards of about PACKED_SHARD_TOKENS tokens, in the layout
+    ``tokenize_corpus`` writes: each sequence one sentence, the separator a special token,
+    so a bigram is two text tokens that the training read side by side within one text.
+    Returns counts (sequences, text tokens, shards); raises LayerlawsError when there is no
+    sequence."""
+    if len(sequences) == 0:
+        raise LayerlawsError("the training corpus holds no packed sequence to count")
+    out = Path(out_folder)
+    out.mkdir(parents=True, exist_ok=True)
+    n_sequences, context = sequences.shape
+    shard_sequences = max(1, PACKED_SHARD_TOKENS // context)
+    n_tokens = n_shards = 0
+    for first in range(0, n_sequences, shard_sequences):
+        part = sequences[first : first + shard_sequences]
+        special = part.ravel() == separator_id
+        table = pl.DataFrame(
+            {
+                "sentence_id": np.repeat(np.arange(first, first + len(part)), context),
+                "position": np.tile(np.arange(context, dtype=np.int32), len(part)),
+                "token_id": part.ravel(),
+                "is_special": special,
+            },
+            schema=TOKEN_SCHEMA,
+        )
+        with_successors(table).write_parquet(out / shard_name(n_shards))
+        n_shards += 1
+        n_tokens += int((~special).sum())
+    return {"n_sequences": n_sequences, "n_text_tokens": n_tokens, "n_shards": n_shards}
+
+
 def shard_name(index: int) -> str:
     return f"shard_{index:05d}.parquet"
 

@@ -55,6 +55,10 @@ class TrainingSpec:
     batch_size: int
     """Sequences per optimizer step."""
     steps: int
+    epochs: int | None
+    """None: the training reads its sample's packed sequences, a fresh permutation per
+    pass, for as many passes as ``steps`` need; E: its corpus is the first
+    ``corpus_sequences`` of them, read exactly E times."""
     learning_rate: float
     warmup_steps: int
     final_learning_rate: float
@@ -85,6 +89,7 @@ class TrainingSpec:
             context=settings["context"],
             batch_size=settings["batch_size"],
             steps=settings["steps"],
+            epochs=settings.get("epochs"),
             learning_rate=settings["learning_rate"],
             warmup_steps=settings["warmup_steps"],
             final_learning_rate=settings["final_learning_rate"],
@@ -96,6 +101,14 @@ class TrainingSpec:
             eval_every=settings["eval_every"],
             held_out_sequences=settings["held_out_sequences"],
         )
+
+    @property
+    def corpus_sequences(self) -> int | None:
+        """Packed sequences of a training of ``epochs`` epochs (steps × batch_size /
+        epochs); None without ``epochs``."""
+        if self.epochs is None:
+            return None
+        return self.steps * self.batch_size // self.epochs
 
     def tokens_seen(self, step: int) -> int:
         """Training tokens read after ``step`` optimizer steps."""
@@ -179,6 +192,23 @@ def previous_segment_end(spec: TrainingSpec, end: int) -> int | None:
     first segment."""
     earlier = [step for step in segment_ends(spec) if step < end]
     return earlier[-1] if earlier else None
+
+
+def epoch_corpus(sequences: np.ndarray, spec: TrainingSpec, dataset: str) -> np.ndarray:
+    """The packed ``sequences`` a training reads: all of them, or with ``spec.epochs`` the
+    first ``spec.corpus_sequences`` (one epoch's worth). Raises LayerlawsError when the
+    sample of ``dataset`` packs fewer."""
+    needed = spec.corpus_sequences
+    if needed is None:
+        return sequences
+    if len(sequences) < needed:
+        raise LayerlawsError(
+            f"{spec.epochs} epoch(s) of {spec.steps} steps × {spec.batch_size} sequences need "
+            f"{needed:,} packed sequences of {spec.context} tokens, and the sample of dataset "
+            f"{dataset!r} makes {len(sequences):,}; raise datasets.{dataset}.n_samples (about "
+            f"{needed / len(sequences):.1f}× as many texts) or lower the training's steps"
+        )
+    return sequences[:needed]
 
 
 def batches_per_epoch(n_sequences: int, spec: TrainingSpec) -> int:

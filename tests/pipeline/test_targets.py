@@ -12,8 +12,10 @@ from layerlaws.pipeline.targets import Targets
 REPO = Path(__file__).resolve().parents[2]
 
 
-def targets(root="results"):
+def targets(root="results", own_corpus_counts=None):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
+    if own_corpus_counts is not None:
+        config["signatures"]["own_corpus_counts"] = own_corpus_counts
     validate(config, str(REPO / "schemas/config.schema.yaml"))
     return Targets(ExpandedConfig.from_config(config, Layout(root)), Layout(root), "svg")
 
@@ -41,3 +43,18 @@ def test_every_target_lies_under_the_layout_root():
     assert all(path.startswith("elsewhere/") for path in outputs)
     assert "elsewhere/coupling/smollm2-135m/paper/trajectories/pca.svg" in outputs
     assert "elsewhere/training/wiki-llama/checkpoints.csv" in outputs
+
+
+def test_a_checkpoint_on_its_own_training_corpus_reads_the_trained_tokens_counts():
+    """wiki-llama trained on wiki-train: its checkpoints' counts there are those of the
+    sequences the training read (the default, trained); on another corpus, and under
+    own_corpus_counts: source, the corpus's counts by the tokenizer's owner."""
+    trained, source = targets(), targets(own_corpus_counts="source")
+    own = "results/training/wiki-llama/counts/unigrams.parquet"
+    tokenizer_owner = "results/signatures/smollm2-135m/wiki-train/unigrams.parquet"
+    assert trained.counts("wiki-llama@step200", "wiki-train", "unigrams") == own
+    assert source.counts("wiki-llama@step200", "wiki-train", "unigrams") == tokenizer_owner
+    assert trained.counts("wiki-llama@step200", "wiki-science", "unigrams") == (
+        "results/signatures/smollm2-135m/wiki-science/unigrams.parquet"
+    )
+    assert trained.counts("smollm2-135m", "wiki-train", "unigrams") == tokenizer_owner

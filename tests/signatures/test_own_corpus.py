@@ -1,7 +1,8 @@
 """Yao & Xu Fig. 5B–E as the paper ran it: each model trained on its own corpus and compared
-with that corpus's signatures (``signatures.own_corpus``), through a real tiny workflow run
-of two Qwen2-style trainings; R_cos and the pooled decile profile against numpy and scipy
-computations from the paper's definitions."""
+with the signatures of the tokens it was trained on (``signatures.own_corpus``), through a
+real tiny workflow run of two Qwen2-style trainings, one of them exactly one epoch; R_cos
+and the pooled decile profile against numpy and scipy computations from the paper's
+definitions over bigrams counted here from the packed sequences the trainings read."""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def own_config(llama_folder, texts, tmp_path_factory):
         "models": {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}},
         "datasets": sources,
         "training": {
-            f"on-{name}": {**TRAINING, "dataset": name, "seed": seed}
-            for seed, name in enumerate(sources)
+            "on-first": {**TRAINING, "dataset": "first", "seed": 0, "epochs": 1},
+            "on-second": {**TRAINING, "dataset": "second", "seed": 1},
         },
         "signatures": {"own_corpus": {"halves": ["on-first", "on-second"]}, "top_tokens": 1000},
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
@@ -83,21 +84,30 @@ def embeddings(workdir, training):
     ].astype(np.float64)
 
 
-def reference_cosines(workdir, corpus, w_e, w_u, top):
+def separator(tokenizer):
+    """The token between packed texts: EOS, else BOS (the tiny tokenizer has no EOS)."""
+    return tokenizer.bos_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id
+
+
+def trained_counts(workdir, corpus, size, eos):
+    """(unigram counts (V,), bigram counts (V, V)) of the packed sequences the training on
+    ``corpus`` read: text tokens (not the EOS between texts) and pairs of text tokens side
+    by side within one sequence (texts are joined by ``eos``, the separator)."""
+    sequences = np.load(workdir / f"results/training/on-{corpus}/sequences.npy")
+    text = sequences != eos
+    unigrams = np.bincount(sequences[text], minlength=size)
+    pairs = text[:, :-1] & text[:, 1:]
+    bigrams = np.zeros((size, size))
+    np.add.at(bigrams, (sequences[:, :-1][pairs], sequences[:, 1:][pairs]), 1)
+    return unigrams, bigrams
+
+
+def reference_cosines(workdir, corpus, w_e, w_u, top, eos):
     """cos(W_E), cos(W_U), cos(φ_next), cos(φ_pre) over the ``top`` most frequent tokens
-    with a successor and a predecessor (Yao & Xu §6), from the corpus's bigram counts."""
-    folder = workdir / f"results/signatures/tiny-llama/{corpus}"
-    unigrams = pl.read_parquet(folder / "unigrams.parquet")
-    bigrams = pl.read_parquet(folder / "bigrams.parquet")
-    size = len(w_e)
-    counts = np.zeros((size, size))
-    np.add.at(
-        counts,
-        (bigrams["token"].to_numpy(), bigrams["next_token"].to_numpy()),
-        bigrams["count"].to_numpy(),
-    )
+    with a successor and a predecessor (Yao & Xu §6), from the trained tokens' counts."""
+    unigrams, counts = trained_counts(workdir, corpus, len(w_e), eos)
     eligible = (counts.sum(1) > 0) & (counts.sum(0) > 0)
-    ranked = unigrams.sort(["count", "token"], descending=[True, False])["token"].to_numpy()
+    ranked = np.lexsort((np.arange(len(unigrams)), -unigrams))
     tokens = np.array([t for t in ranked if eligible[t]][:top])
     following = counts[tokens] / counts[tokens].sum(1, keepdims=True)
     preceding = counts[:, tokens].T / counts[:, tokens].sum(0)[:, None]
@@ -117,7 +127,7 @@ def off_diagonal(matrix):
     return matrix[np.triu_indices(len(matrix), k=1)]
 
 
-def test_each_model_is_compared_with_its_own_corpus(own_run):
+def test_each_model_is_compared_with_its_own_corpus(own_run, tokenizer):
     folder = own_run / "results/signatures/own_corpus/halves"
     table = pl.read_csv(folder / "rcos_by_dataset.csv")
     assert table.columns == ["model", "corpus", "matrix", "signature", "r_cos", "n_tokens"]
@@ -129,7 +139,7 @@ def test_each_model_is_compared_with_its_own_corpus(own_run):
         w_e, w_u = embeddings(own_run, f"on-{corpus}")
         other = embeddings(own_run, "on-second" if corpus == "first" else "on-first")
         for pair, (embedding, signature) in reference_cosines(
-            own_run, corpus, w_e, w_u, 1000
+            own_run, corpus, w_e, w_u, 1000, separator(tokenizer)
         ).items():
             expected = np.corrcoef(off_diagonal(embedding), off_diagonal(signature))[0, 1]
             row = table.filter(
@@ -140,7 +150,9 @@ def test_each_model_is_compared_with_its_own_corpus(own_run):
             assert row["r_cos"].item() == pytest.approx(expected, abs=1e-5), (corpus, pair)
             assert row["n_tokens"].item() == len(embedding)
         # The other model's embeddings give another R_cos: the pairing matters.
-        crossed = reference_cosines(own_run, corpus, *other, 1000)[("W_E", "next")]
+        crossed = reference_cosines(own_run, corpus, *other, 1000, separator(tokenizer))[
+            ("W_E", "next")
+        ]
         crossed_rcos = np.corrcoef(off_diagonal(crossed[0]), off_diagonal(crossed[1]))[0, 1]
         mine = table.filter(
             (pl.col("corpus") == corpus)
@@ -152,7 +164,35 @@ def test_each_model_is_compared_with_its_own_corpus(own_run):
         assert (folder / f"{name}.svg").stat().st_size > 1000
 
 
-def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run):
+def test_one_epoch_reads_the_first_steps_x_batch_sequences_once(own_run, tokenizer):
+    """on-first (epochs: 1): its corpus is 6 steps × 4 sequences, each read once; on-second
+    (no epochs) reads its whole packed sample."""
+    first = np.load(own_run / "results/training/on-first/sequences.npy")
+    assert first.shape == (TRAINING["steps"] * TRAINING["batch_size"], TRAINING["context"])
+    facts = json.loads((own_run / "results/training/on-first/corpus.json").read_text())
+    assert facts["sequences"] == len(first)
+    second = np.load(own_run / "results/training/on-second/sequences.npy")
+    assert len(second) > 0
+    for corpus, sequences in (("first", first), ("second", second)):
+        folder = own_run / f"results/training/on-{corpus}/counts"
+        size = int(sequences.max()) + 1
+        unigrams, bigrams = trained_counts(own_run, corpus, size, separator(tokenizer))
+        assert unigrams.sum() > 0
+        counted = pl.read_parquet(folder / "unigrams.parquet")
+        mine = np.zeros(size)
+        np.add.at(mine, counted["token"].to_numpy(), counted["count"].to_numpy())
+        np.testing.assert_array_equal(mine, unigrams)
+        counted = pl.read_parquet(folder / "bigrams.parquet")
+        mine = np.zeros((size, size))
+        np.add.at(
+            mine,
+            (counted["token"].to_numpy(), counted["next_token"].to_numpy()),
+            counted["count"].to_numpy(),
+        )
+        np.testing.assert_array_equal(mine, bigrams)
+
+
+def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run, tokenizer):
     """Yao & Xu, Appendix C.1: percentiles of each corpus's own similarity pairs, pairs
     of both corpora concatenated, the mean signature percentile per embedding decile and
     its median (from the corpora's histograms: within a percentile point, and the float32
@@ -160,7 +200,9 @@ def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run):
     embedding_percentiles, signature_percentiles = [], []
     for corpus in ("first", "second"):
         w_e, w_u = embeddings(own_run, f"on-{corpus}")
-        embedding, signature = reference_cosines(own_run, corpus, w_e, w_u, 1000)[("W_E", "next")]
+        embedding, signature = reference_cosines(
+            own_run, corpus, w_e, w_u, 1000, separator(tokenizer)
+        )[("W_E", "next")]
         for matrix, into in (
             (embedding, embedding_percentiles),
             (signature, signature_percentiles),
