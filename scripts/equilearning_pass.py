@@ -22,6 +22,7 @@ from layerlaws.equilearning.statistics import check_enough_rows
 from layerlaws.forward.masking import probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
+from layerlaws.forward.span_corruption import seq2seq_vocabulary
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_tokenizer, placed_model
@@ -46,6 +47,7 @@ def main() -> None:
         mask_token_id=tokenizer.mask_token_id,
         masking=settings.masking,
         special_tokens=settings.special_tokens,
+        seq2seq=seq2seq_vocabulary(snakemake.input.model, tokenizer),
     )
     check_enough_rows(tokens, settings.offsets, facts.hidden_size)
 

@@ -14,6 +14,7 @@ from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.forward.kept_writer import extract_hidden_states
 from layerlaws.forward.masking import probe_of, probe_tokens
 from layerlaws.forward.settings import MaskingSettings
+from layerlaws.forward.span_corruption import seq2seq_vocabulary
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_tokenizer, placed_model
@@ -23,13 +24,15 @@ from layerlaws.pipeline.execution import Execution
 def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
+    tokenizer = load_tokenizer(snakemake.input.model)
     tokens = probe_tokens(
         pl.read_parquet(snakemake.input.tokens),
         probe=probe_of(params.probe, facts.model_type),
         vocab_size=facts.vocab_size,
-        mask_token_id=load_tokenizer(snakemake.input.model).mask_token_id,
+        mask_token_id=tokenizer.mask_token_id,
         masking=MaskingSettings.from_config(params.masking),
         special_tokens=params.special_tokens,
+        seq2seq=seq2seq_vocabulary(snakemake.input.model, tokenizer),
     )
     output = Path(snakemake.output[0])
     saves = job_saves(

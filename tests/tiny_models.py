@@ -1,5 +1,5 @@
-"""Tiny randomly initialised causal LMs (and masked-LM encoders) of every family in the
-architecture table.
+"""Tiny randomly initialised causal LMs (and masked-LM encoders, and encoder–decoders) of
+every family in the architecture table.
 
 Each is built from its transformers config class with a few hidden units and layers, so a
 family is exercised end to end in a fraction of a second. Sizes that every family shares
@@ -93,7 +93,18 @@ ENCODER_OPTIONS: dict[str, dict[str, Any]] = {
     "roberta": {**_ATTENTION, "intermediate_size": 64},
 }
 """Config options of each masked-LM encoder family."""
+ENCODER_DECODER_OPTIONS: dict[str, dict[str, Any]] = {
+    "t5": {
+        "num_heads": 4,
+        "d_kv": 8,
+        "d_ff": 64,
+        "num_decoder_layers": 2,
+        "decoder_start_token_id": 0,  # the pad token, as the hub's T5 configs name it
+    },
+}
+"""Config options of each encoder–decoder family (2 + 2 blocks: layers 0..4)."""
 FAMILY_OPTIONS.update(ENCODER_OPTIONS)
+FAMILY_OPTIONS.update(ENCODER_DECODER_OPTIONS)
 
 
 def tiny_config(family: str, tokenizer: PreTrainedTokenizerBase, **sizes: Any) -> Any:

@@ -31,6 +31,7 @@ from layerlaws.coupling.measurement import (
     measure_prompts,
 )
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.models.architectures import require_single_stack
 from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import coupling_twins, load_tokenizer, plan_placement
@@ -54,8 +55,15 @@ def job_prompts(
     model: str | Path, prompt_set: Mapping[str, Any], sentences: Sequence[str | Path]
 ) -> tuple[list[list[int]], list[list[str]]]:
     """The token ids of every prompt of ``prompt_set`` for the prepared ``model``, and
-    each one's token texts."""
+    each one's token texts; a LayerlawsError, first thing in a coupling job, for an
+    encoder–decoder."""
     facts = read_facts(model)
+    require_single_stack(
+        facts.model_type,
+        f"coupling (Jacobians of blocks along one residual stream) of {model}",
+        "measure it in equi-learning runs only (remove it from coupling.runs, and give "
+        "its series no prompts)",
+    )
     samples = [pl.read_parquet(path) for path in sentences]
     tokenizer = load_tokenizer(model)
     prompts = tokenize_prompts(

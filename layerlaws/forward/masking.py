@@ -1,4 +1,6 @@
-"""Masked-LM probing (He & Su, Fig. 7): the inputs of an encoder's own task.
+"""Masked-LM probing (He & Su, Fig. 7): the inputs of an encoder's own task; and the
+probes of every model (``probe_of``, ``probe_tokens``: next token, masked LM, and an
+encoder–decoder's span corruption, ``layerlaws.forward.span_corruption``).
 
 Each text token is chosen with probability ``rate`` (15 % as in BERT), independently.
 Under the ``mask_only`` scheme (He & Su's released code) every chosen token is replaced by
@@ -21,6 +23,7 @@ import polars as pl
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.forward.model_pass import observed_tokens
 from layerlaws.forward.settings import MaskingSettings
+from layerlaws.forward.span_corruption import Seq2SeqVocabulary, encoder_decoder_tokens
 from layerlaws.models.architectures import ARCHITECTURES
 
 REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1
@@ -75,20 +78,30 @@ def bert_replacements(
     )
 
 
-TARGET_OFFSETS = {"next_token": 1, "masked_lm": 0}
-"""The target offset of each probe's own task: the next token, or the masked token."""
+TARGET_OFFSETS = {"next_token": 1, "masked_lm": 0, "span_corruption": 0}
+"""The target offset of each probe's own task: the next token, the masked token, or the
+token an encoder–decoder's decoder predicts at the row (span corruption)."""
+OWN_PROBES = {"causal": "next_token", "masked": "masked_lm", "seq2seq": "span_corruption"}
+"""The probe of each objective of the architecture table (``auto``)."""
 
 
 def probe_of(configured: str, model_type: str) -> str:
     """The probing task of a model: ``auto`` is the family's own objective (``masked_lm``
-    for encoders, ``next_token`` otherwise); masked-LM probing needs an encoder."""
-    masked = ARCHITECTURES[model_type].objective == "masked"
+    for encoders, ``span_corruption`` for encoder–decoders, ``next_token`` otherwise);
+    masked-LM probing needs an encoder, span corruption an encoder–decoder."""
+    objective = ARCHITECTURES[model_type].objective
     if configured == "auto":
-        return "masked_lm" if masked else "next_token"
-    if configured == "masked_lm" and not masked:
+        return OWN_PROBES[objective]
+    if configured == "masked_lm" and objective != "masked":
+        instead = "span_corruption or next_token" if objective == "seq2seq" else "next_token"
         raise LayerlawsError(
             f"probe: masked_lm needs a masked-LM encoder (BERT, RoBERTa); a {model_type!r} "
-            f"model is causal: probe it with next_token"
+            f"model is {objective}: probe it with {instead}"
+        )
+    if configured == "span_corruption" and objective != "seq2seq":
+        raise LayerlawsError(
+            f"probe: span_corruption needs an encoder–decoder (T5); a {model_type!r} model "
+            f"is {objective}: probe it with {OWN_PROBES[objective]}"
         )
     return configured
 
@@ -101,11 +114,26 @@ def probe_tokens(
     mask_token_id: int | None,
     masking: MaskingSettings,
     special_tokens: str,
+    seq2seq: Seq2SeqVocabulary | None = None,
 ) -> pl.DataFrame:
     """The tokens table as a probe's pass reads it: special tokens observed or not
     (``special_tokens``: ``exclude`` or ``include``, ``model_pass.observed_tokens``), then
     unchanged for ``next_token``, masked (``mask_tokens`` with ``masking``'s ``rate``,
-    ``seed`` and ``scheme``) for ``masked_lm``."""
+    ``seed`` and ``scheme``) for ``masked_lm``. For an encoder–decoder (``seq2seq``, its
+    vocabulary) the table of its two stacks under ``next_token`` or ``span_corruption``
+    (``layerlaws.forward.span_corruption``, noise density ``masking.rate``, seeded by
+    ``masking.seed``)."""
+    if seq2seq is not None:
+        return encoder_decoder_tokens(
+            tokens,
+            probe=probe,
+            vocabulary=seq2seq,
+            rate=masking.rate,
+            seed=masking.seed,
+            special_tokens=special_tokens,
+        )
+    if probe == "span_corruption":
+        raise LayerlawsError("span corruption needs an encoder–decoder's vocabulary (seq2seq)")
     tokens = observed_tokens(tokens, special_tokens)
     if probe == "next_token":
         return tokens

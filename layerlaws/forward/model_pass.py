@@ -3,7 +3,11 @@ text tokens to observers (statistics, a hidden-state writer) while the model run
 
 Sequences are batched by similar length and padded on the right; padded positions are
 masked in attention and never observed (right padding leaves a causal model's real
-positions unchanged). Special tokens (BOS, EOS) are never observed either. For each batch
+positions unchanged). Special tokens (BOS, EOS) are never observed either. An
+encoder–decoder reads a table of its two stacks (``layerlaws.forward.span_corruption``):
+the encoder its input, the decoder its own; the observed rows are the decoder's, and its
+encoder layers' states are read at each row's encoder position, so every layer's states
+have the same rows. For each batch
 every observer first gets ``begin_batch`` (which rows follow), then ``observe(layer,
 states)`` for layers 0..L in order, with ``states`` (n_text_tokens, hidden_size) in the
 compute dtype on the device that layer runs on (``layerlaws.models.blocks.layer_states`` says
@@ -42,6 +46,7 @@ from tqdm import tqdm
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
 from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
+from layerlaws.models.architectures import encoder_layers as encoder_layer_count
 from layerlaws.models.blocks import layer_states
 from layerlaws.models.facts import ModelFacts
 
@@ -52,31 +57,52 @@ log = logging.getLogger(__name__)
 class TokenSequence:
     """One tokenised sentence: its ids (T,) int64, which positions are special (T,) bool,
     the ids the model reads (T,) int64 (the same ids, or masked ones), and which rows have
-    targets (T,) bool (every row, or the masked positions)."""
+    targets (T,) bool (every row, or the masked positions). For an encoder–decoder these
+    are the decoder's, and the encoder's input and each row's encoder position come
+    along."""
 
     sentence_id: int
     token_ids: np.ndarray
     is_special: np.ndarray
     input_ids: np.ndarray
     is_target: np.ndarray
+    encoder_input_ids: np.ndarray | None = None
+    """(T_e,) int64: what an encoder–decoder's encoder reads; None for one stack."""
+    encoder_positions: np.ndarray | None = None
+    """(T,) int64: where each row's encoder-layer states are read."""
+
+    @property
+    def length(self) -> int:
+        """Tokens of the longest input the model reads (the decoder's or the encoder's)."""
+        encoder = 0 if self.encoder_input_ids is None else len(self.encoder_input_ids)
+        return max(len(self.token_ids), encoder)
 
 
 def sequences_of(tokens: pl.DataFrame) -> list[TokenSequence]:
     """Split a tokens table into sequences, in order of first appearance. A masked table
-    (``layerlaws.forward.masking``) brings its ``input_id`` and ``is_target`` columns."""
+    (``layerlaws.forward.masking``) brings its ``input_id`` and ``is_target`` columns; an
+    encoder–decoder's (``layerlaws.forward.span_corruption``) its encoder's rows too."""
     ordered = tokens.sort(["sentence_id", "position"], maintain_order=True)
     if "input_id" not in ordered.columns:
         ordered = ordered.with_columns(input_id=pl.col("token_id"), is_target=pl.lit(True))
-    return [
-        TokenSequence(
-            int(key[0]),
-            part["token_id"].to_numpy(),
-            part["is_special"].to_numpy(),
-            part["input_id"].to_numpy(),
-            part["is_target"].to_numpy(),
+    sequences = []
+    for key, part in ordered.group_by("sentence_id", maintain_order=True):
+        encoder = None
+        if "is_encoder" in part.columns:
+            encoder = part.filter(pl.col("is_encoder"))["input_id"].to_numpy()
+            part = part.filter(~pl.col("is_encoder"))
+        sequences.append(
+            TokenSequence(
+                int(key[0]),
+                part["token_id"].to_numpy(),
+                part["is_special"].to_numpy(),
+                part["input_id"].to_numpy(),
+                part["is_target"].to_numpy(),
+                encoder,
+                None if encoder is None else part["encoder_position"].to_numpy(),
+            )
         )
-        for key, part in ordered.group_by("sentence_id", maintain_order=True)
-    ]
+    return sequences
 
 
 def observed_tokens(tokens: pl.DataFrame, special_tokens: str) -> pl.DataFrame:
@@ -150,6 +176,29 @@ class Batch:
     """(n_text,) int64: the batch row of each observed token."""
     position_index: torch.Tensor
     """(n_text,) int64: its position."""
+    encoder_input_ids: torch.Tensor | None = None
+    """(B, W_e) int64: an encoder–decoder's encoder inputs, padded on the right (None for
+    one stack; ``input_ids`` are then the decoder's)."""
+    encoder_attention_mask: torch.Tensor | None = None
+    """(B, W_e) int64, 1 on the encoder's real positions."""
+    encoder_position_index: torch.Tensor | None = None
+    """(n_text,) int64: each observed token's encoder position (its encoder layers'
+    states)."""
+
+    def model_inputs(self, device: str) -> dict[str, torch.Tensor]:
+        """The keyword arguments of the model's forward call, on ``device``."""
+        inputs = {
+            "input_ids": self.input_ids.to(device),
+            "attention_mask": self.attention_mask.to(device),
+        }
+        if self.encoder_input_ids is None:
+            return inputs
+        return {
+            "input_ids": self.encoder_input_ids.to(device),
+            "attention_mask": self.encoder_attention_mask.to(device),
+            "decoder_input_ids": inputs["input_ids"],
+            "decoder_attention_mask": inputs["attention_mask"],
+        }
 
     @classmethod
     def of(
@@ -162,6 +211,7 @@ class Batch:
         input_ids = torch.zeros((len(indices), width), dtype=torch.long)
         attention = torch.zeros((len(indices), width), dtype=torch.long)
         batch_index, position_index, row_numbers, frames = [], [], [], []
+        encoder_positions = []
         for row, (i, length) in enumerate(zip(indices, lengths, strict=True)):
             sequence = sequences[i]
             input_ids[row, :length] = torch.tensor(sequence.input_ids)
@@ -170,6 +220,8 @@ class Batch:
             batch_index.append(np.full(len(positions), row))
             position_index.append(positions)
             row_numbers.append(row_starts[i] + np.arange(len(positions)))
+            if sequence.encoder_positions is not None:
+                encoder_positions.append(sequence.encoder_positions[positions])
             frames.append(
                 pl.DataFrame(
                     {
@@ -182,6 +234,12 @@ class Batch:
                     }
                 )
             )
+        encoder: dict[str, torch.Tensor] = {}
+        if sequences[indices[0]].encoder_input_ids is not None:
+            encoder = _encoder_inputs([sequences[i].encoder_input_ids for i in indices])
+            encoder["encoder_position_index"] = torch.from_numpy(
+                np.concatenate(encoder_positions)
+            ).long()
         return cls(
             input_ids,
             attention,
@@ -189,7 +247,19 @@ class Batch:
             np.concatenate(row_numbers).astype(np.int64),
             torch.from_numpy(np.concatenate(batch_index)).long(),
             torch.from_numpy(np.concatenate(position_index)).long(),
+            **encoder,
         )
+
+
+def _encoder_inputs(ids: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+    """An encoder's inputs, padded on the right, and their attention mask."""
+    width = max(len(sequence) for sequence in ids)
+    input_ids = torch.zeros((len(ids), width), dtype=torch.long)
+    attention = torch.zeros((len(ids), width), dtype=torch.long)
+    for row, sequence in enumerate(ids):
+        input_ids[row, : len(sequence)] = torch.from_numpy(sequence.astype(np.int64))
+        attention[row, : len(sequence)] = 1
+    return {"encoder_input_ids": input_ids, "encoder_attention_mask": attention}
 
 
 class Observer(Protocol):
@@ -314,7 +384,8 @@ def run_forward_pass(
         raise LayerlawsError("the tokens table holds no text tokens; nothing to measure")
     chosen = range(len(sequences)) if sequence_indices is None else sequence_indices
     n_rows = int(sum(row_starts[i + 1] - row_starts[i] for i in chosen))
-    lengths = [len(s.token_ids) for s in sequences]
+    lengths = [sequence.length for sequence in sequences]
+    encoder_layers = _checked_stacks(model, facts, sequences)
     compute_dtype = model.get_input_embeddings().weight.dtype  # never quantised
     all_observers = [*observers, *logit_observers]
     devices = sorted({str(parameter.device) for parameter in model.parameters()})
@@ -338,13 +409,16 @@ def run_forward_pass(
         def record(layer: int, state: torch.Tensor) -> None:
             if layer < first_layer:
                 return
-            if state.shape[:2] != batch.input_ids.shape:
+            ids, positions = batch.input_ids, batch.position_index
+            if layer < encoder_layers:
+                ids, positions = batch.encoder_input_ids, batch.encoder_position_index
+            if state.shape[:2] != ids.shape:
                 raise LayerlawsError(
                     f"layer {layer} of this {facts.model_type!r} model has shape "
-                    f"{tuple(state.shape)}, expected {tuple(batch.input_ids.shape)} + (…)"
+                    f"{tuple(state.shape)}, expected {tuple(ids.shape)} + (…)"
                 )
             where = state.device
-            text = state[batch.batch_index.to(where), batch.position_index.to(where)]
+            text = state[batch.batch_index.to(where), positions.to(where)]
             for observer in observers:
                 observer.observe(layer, text)
             observed[0] = layer + 1
@@ -352,11 +426,7 @@ def run_forward_pass(
         out_of_memory = False
         try:
             with layer_states(model, record):
-                outputs = model(
-                    input_ids=batch.input_ids.to(device),
-                    attention_mask=batch.attention_mask.to(device),
-                    use_cache=False,
-                )
+                outputs = model(**batch.model_inputs(device), use_cache=False)
             if logit_observers:
                 where = outputs.logits.device
                 logits = outputs.logits[batch.batch_index.to(where), batch.position_index.to(where)]
@@ -415,6 +485,28 @@ def run_forward_pass(
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
         "batches_resumed": done,
     }
+
+
+def _checked_stacks(model: Any, facts: ModelFacts, sequences: Sequence[TokenSequence]) -> int:
+    """How many of the layers are an encoder's (``encoder_layers``), once the tokens
+    table is checked to be one for the model's stacks: an encoder–decoder's table for an
+    encoder–decoder, a plain or masked one otherwise."""
+    encoder_layers = encoder_layer_count(model)
+    two_stacks = sequences[0].encoder_input_ids is not None
+    if two_stacks and not encoder_layers:
+        raise LayerlawsError(
+            f"this tokens table is an encoder–decoder's, but the {facts.model_type!r} model "
+            f"has one stack of blocks; probe it with layerlaws.forward.masking.probe_tokens "
+            f"without seq2seq"
+        )
+    if encoder_layers and not two_stacks:
+        raise LayerlawsError(
+            f"a {facts.model_type!r} model is an encoder–decoder: its pass reads a table of "
+            f"both its stacks, made by layerlaws.forward.masking.probe_tokens with its "
+            f"seq2seq vocabulary (layerlaws.forward.span_corruption.seq2seq_vocabulary) "
+            f"under probe next_token or span_corruption"
+        )
+    return encoder_layers
 
 
 def _batches_hash(sequences: Sequence[TokenSequence], batches: Sequence[list[int]]) -> str:

@@ -12,6 +12,23 @@ at these places, never from a family's ``output_hidden_states`` convention:
   encoders, whose masked-LM head transforms the stream (dense, activation, norm) before
   W_U, what that head receives: the last block's output.
 
+An encoder–decoder model (T5) has two stacks, numbered as one: its ``blocks`` are the
+encoder's L_e blocks and its ``decoder_blocks`` the decoder's L_d, so L = L_e + L_d.
+
+- layers 0..L_e are the encoder's: layer 0 the embeddings the first encoder block
+  receives, layer l (1 ≤ l < L_e) what encoder block l + 1 receives, layer L_e the
+  encoder's output after its final norm (``encoder_norm``): what the decoder's
+  cross-attention reads;
+- layer L_e + j (1 ≤ j ≤ L_d) is the output of decoder block j: what decoder block j + 1
+  receives, and for the last, layer L = L_e + L_d, the decoder's output after its final
+  norm (transformers' last ``decoder_hidden_states``). T5 with tied embeddings multiplies
+  it by d^−0.5 before the LM head; layer L is taken before that constant factor, which
+  changes no regression.
+
+The decoder's own embeddings (what decoder block 1 receives) are no layer. Each layer's
+rows are read where ``layerlaws.forward.span_corruption`` says (the decoder's positions;
+the encoder layers at the encoder position that stands for each row).
+
 Facts that can be read from the model itself are read, not stored here: the norm's type
 (from its class) and epsilon (from the module), the number of blocks, the hidden size,
 whether the embeddings are tied. A block's residual branch is built the same way for
@@ -54,10 +71,20 @@ class Architecture:
     """Attribute path of the module whose input is layer L when the LM head reads a
     transformed stream (an encoder's masked-LM head); None: the LM head itself."""
     objective: str = "causal"
-    """``causal`` (loaded as AutoModelForCausalLM) or ``masked`` (an encoder trained on
-    masked-LM, loaded as AutoModelForMaskedLM)."""
+    """``causal`` (loaded as AutoModelForCausalLM), ``masked`` (an encoder trained on
+    masked-LM, loaded as AutoModelForMaskedLM) or ``seq2seq`` (an encoder–decoder,
+    loaded as AutoModelForSeq2SeqLM; it needs ``decoder_blocks`` and ``encoder_norm``)."""
+    decoder_blocks: str | None = None
+    """Encoder–decoder models: attribute path of the decoder's blocks, first to last
+    (``blocks`` are then the encoder's); None for a single stack."""
+    encoder_norm: str | None = None
+    """Encoder–decoder models: attribute path of the norm after the encoder's last block,
+    whose output is layer L_e (``final_norm`` is the decoder's)."""
     norm_eps: float | None = None
     """The norms' epsilon, for families whose norm module does not store it."""
+    norm_type: str | None = None
+    """The norms' type (``layernorm`` or ``rmsnorm``), for families whose norm class name
+    misleads (T5LayerNorm is an RMSNorm: no mean subtracted, no bias)."""
     requires: Mapping[str, Any] = field(default_factory=dict)
     """Config values the row assumes; a model configured otherwise is rejected."""
 
@@ -143,6 +170,18 @@ ARCHITECTURES: dict[str, Architecture] = {
     "rwkv": Architecture("rwkv.blocks", "rwkv.embeddings", "rwkv.ln_out", lm_head="head"),
     "bert": _encoder("bert", lm_head="cls.predictions.decoder", head_input="cls"),
     "roberta": _encoder("roberta", lm_head="lm_head.decoder", head_input="lm_head"),
+    # T5 (Raffel et al. 2020): layers 0..L_e the encoder's (L_e after its final norm),
+    # L_e + j the output of decoder block j (L after the decoder's final norm, before the
+    # d^-0.5 scaling of tied embeddings): 2 + 2 blocks give layers 0..4.
+    "t5": Architecture(
+        "encoder.block",
+        "shared",
+        "decoder.final_layer_norm",
+        objective="seq2seq",
+        decoder_blocks="decoder.block",
+        encoder_norm="encoder.final_layer_norm",
+        norm_type="rmsnorm",
+    ),
 }
 
 
@@ -180,9 +219,51 @@ def module_at(model: torch.nn.Module, path: str) -> Any:
         ) from None
 
 
+def is_encoder_decoder(model_type: str) -> bool:
+    """Whether a family in the table is an encoder–decoder (two stacks of blocks)."""
+    return ARCHITECTURES[model_type].decoder_blocks is not None
+
+
+def require_single_stack(model_type: str, measurement: str, instead: str) -> None:
+    """A LayerlawsError when ``model_type`` is an encoder–decoder, which ``measurement``
+    cannot handle; ``instead`` says what to do."""
+    if model_type in ARCHITECTURES and is_encoder_decoder(model_type):
+        raise LayerlawsError(
+            f"{measurement} measures models of one stack of blocks (causal LMs and "
+            f"encoders); a {model_type!r} model is an encoder–decoder: {instead}"
+        )
+
+
+def block_paths(model: torch.nn.Module) -> list[str]:
+    """The module names of the model's residual blocks, first to last (an encoder–decoder's
+    encoder blocks, then its decoder blocks)."""
+    architecture = architecture_of(model.config)
+    stacks = [architecture.blocks, architecture.decoder_blocks]
+    return [
+        f"{stack}.{index}"
+        for stack in stacks
+        if stack is not None
+        for index in range(len(module_at(model, stack)))
+    ]
+
+
 def blocks_of(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's residual blocks, first to last."""
-    return list(module_at(model, architecture_of(model.config).blocks))
+    """The model's residual blocks, first to last: L of them, whose layers are 0..L (an
+    encoder–decoder's encoder blocks, then its decoder blocks: L = L_e + L_d)."""
+    architecture = architecture_of(model.config)
+    blocks = list(module_at(model, architecture.blocks))
+    if architecture.decoder_blocks is not None:
+        blocks += list(module_at(model, architecture.decoder_blocks))
+    return blocks
+
+
+def encoder_layers(model: torch.nn.Module) -> int:
+    """How many of the layers are an encoder's that a decoder reads (L_e + 1: layers
+    0..L_e); 0 for a model of one stack."""
+    architecture = architecture_of(model.config)
+    if architecture.decoder_blocks is None:
+        return 0
+    return len(module_at(model, architecture.blocks)) + 1
 
 
 def embeddings_of(model: torch.nn.Module) -> torch.nn.Module:
@@ -201,14 +282,22 @@ def head_input_of(model: torch.nn.Module) -> torch.nn.Module:
     return module_at(model, architecture.head_input or architecture.lm_head)
 
 
+AUTO_CLASSES = {
+    "causal": "AutoModelForCausalLM",
+    "masked": "AutoModelForMaskedLM",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+}
+"""The transformers auto class of each ``Architecture.objective``."""
+
+
 def auto_class(model_type: str) -> Any:
-    """The transformers auto class a family is loaded with (causal or masked LM; causal
-    for a family not in the table, which is rejected once its config is read)."""
+    """The transformers auto class a family is loaded with (causal LM, masked LM or
+    sequence-to-sequence LM; causal for a family not in the table, which is rejected once
+    its config is read)."""
     import transformers
 
     row = ARCHITECTURES.get(model_type)
-    masked = row is not None and row.objective == "masked"
-    return transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
+    return getattr(transformers, AUTO_CLASSES[row.objective if row else "causal"])
 
 
 NORM_TYPES = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}
@@ -230,12 +319,16 @@ def norm_module(model: torch.nn.Module) -> torch.nn.Module:
 
 def norm_facts(model: torch.nn.Module) -> tuple[str, float]:
     """The model's norm type (``layernorm`` or ``rmsnorm``) and epsilon, read from its norm
-    module's class and attributes (the table's ``norm_eps`` where the module has none)."""
+    module's class and attributes (the table's ``norm_type`` and ``norm_eps`` where the
+    module's class misleads or it stores none)."""
     module = norm_module(model)
     name = type(module).__name__
     kinds = [kind for marker, kind in NORM_TYPES.items() if marker in name]
     if isinstance(module, torch.nn.LayerNorm):
         kinds = ["layernorm"]
+    stated = architecture_of(model.config).norm_type
+    if stated is not None:
+        kinds = [stated]
     if not kinds:
         raise LayerlawsError(
             f"cannot tell the norm type of {name} (model type {model.config.model_type!r}): "

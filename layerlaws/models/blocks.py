@@ -19,7 +19,13 @@ from typing import Any
 
 import torch
 
-from layerlaws.models.architectures import architecture_of, blocks_of, head_input_of, module_at
+from layerlaws.models.architectures import (
+    architecture_of,
+    blocks_of,
+    head_input_of,
+    module_at,
+    require_single_stack,
+)
 
 
 def first_output(output: Any) -> torch.Tensor:
@@ -44,21 +50,44 @@ def _split_call(
 def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
     """While active, every forward pass calls ``record(layer, state)`` for layers 0..L in
     order: ``state`` (batch, tokens, hidden_size) is what block ``layer`` + 1 receives for
-    layer < L, and what the LM head (an encoder's masked-LM head) receives for layer L."""
+    layer < L, and what the LM head (an encoder's masked-LM head) receives for layer L.
+
+    An encoder–decoder's layers are those of ``layerlaws.models.architectures``: what its
+    encoder blocks receive, the encoder norm's output (layer L_e), what decoder blocks
+    2..L_d receive and the decoder's final norm's output (layer L); the encoder's states
+    are (batch, encoder tokens, hidden_size)."""
+    architecture = architecture_of(model.config)
     blocks = blocks_of(model)
 
     def before_block(layer: int) -> Callable[..., None]:
         return lambda _block, args, kwargs: record(layer, _split_call(args, kwargs)[0])
 
-    hooks = [
-        block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
-        for layer, block in enumerate(blocks)
-    ]
-    hooks.append(
-        head_input_of(model).register_forward_pre_hook(
-            lambda _head, args: record(len(blocks), args[0])
+    def after(layer: int) -> Callable[..., None]:
+        return lambda _module, _args, output: record(layer, output)
+
+    if architecture.decoder_blocks is None:
+        hooks = [
+            block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
+            for layer, block in enumerate(blocks)
+        ]
+        hooks.append(
+            head_input_of(model).register_forward_pre_hook(
+                lambda _head, args: record(len(blocks), args[0])
+            )
         )
-    )
+    else:
+        encoder_blocks = len(module_at(model, architecture.blocks))
+        hooks = [
+            block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
+            for layer, block in enumerate(blocks)
+            if layer != encoder_blocks  # the first decoder block receives no layer
+        ]
+        hooks += [
+            module_at(model, architecture.encoder_norm).register_forward_hook(
+                after(encoder_blocks)
+            ),
+            module_at(model, architecture.final_norm).register_forward_hook(after(len(blocks))),
+        ]
     try:
         yield
     finally:
@@ -101,7 +130,13 @@ def trace_blocks(
     """Run one sequence ``input_ids`` (1, T) and return every block's call and the
     residual stream x^0 … x^L, shape (L + 1, T, d): x^{l-1} the input of block l, x^L the
     output of the last block, after the model's final norm when ``final_norm`` (Aubry et
-    al., Eq. 7: the last block includes it) and the model has one, before it otherwise."""
+    al., Eq. 7: the last block includes it) and the model has one, before it otherwise.
+    A LayerlawsError for an encoder–decoder, whose two stacks are no one stream."""
+    require_single_stack(
+        model.config.model_type,
+        "coupling (Jacobians of blocks along one residual stream)",
+        "measure it in equi-learning runs only",
+    )
     blocks = blocks_of(model)
     norm = final_norm_of(model) if final_norm else None
     calls: dict[int, BlockCall] = {}

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from layerlaws.core.dtypes import torch_dtype
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.architectures import (
     ARCHITECTURES,
     auto_class,
@@ -34,6 +36,26 @@ def load_tokenizer(folder: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(weights_folder(folder)))
+
+
+def decoder_start_token_id(folder: str | Path) -> int:
+    """What a prepared encoder–decoder's decoder reads first: its config's (or generation
+    config's) ``decoder_start_token_id``, else its pad token (T5's convention)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    weights = str(weights_folder(folder))
+    config = AutoConfig.from_pretrained(weights)
+    candidates = [getattr(config, "decoder_start_token_id", None)]
+    with contextlib.suppress(OSError):  # no generation_config.json
+        candidates.append(GenerationConfig.from_pretrained(weights).decoder_start_token_id)
+    candidates.append(getattr(config, "pad_token_id", None))
+    found = next((value for value in candidates if value is not None), None)
+    if found is None:
+        raise LayerlawsError(
+            f"the encoder–decoder in {weights} names no decoder_start_token_id nor pad token "
+            f"in its config: set one there"
+        )
+    return int(found)
 
 
 def plan_placement(

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.models.architectures import architecture_of, blocks_of
+from layerlaws.models.architectures import block_paths
 from layerlaws.models.quantization import WEIGHT_BYTES
 
 WEIGHTS_SHARE = 0.7
@@ -65,8 +65,7 @@ def device_map(
     else (embeddings, final norm, LM head) on the first device. A LayerlawsError when they
     do not fit."""
     devices, left = list(budgets), dict(budgets)
-    prefix = architecture_of(skeleton.config).blocks
-    blocks = [f"{prefix}.{index}" for index in range(len(blocks_of(skeleton)))]
+    blocks = block_paths(skeleton)
     sizes = dict.fromkeys(blocks, 0)
     rest: dict[str, int] = {}
     for name, size in tensor_bytes(skeleton, dtype, quantization).items():

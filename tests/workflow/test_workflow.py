@@ -360,8 +360,8 @@ def test_estimate_plans_the_paper_config_before_anything_is_downloaded(tmp_path)
     result = snakemake(tmp_path, "estimate", configfile=REPO / "configs" / "paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("equilearning_pass")]
-    # 69 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
-    assert len(rows) == 108
+    # 71 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
+    assert len(rows) == 110
     llama = next(row for row in rows if " llama2-13b " in row and " pes2o " in row)
     assert "13.02B" in llama and "<= 51,200" in llama
     assert any(" pythia-1b@step143000 " in row for row in rows)
@@ -471,12 +471,12 @@ def test_paper_config_dry_runs(tmp_path):
     checkpoints), Yao & Xu's five trained models against their own corpora."""
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
     assert jobs["summarize_series"] == 9 and jobs["plot_series"] == 9
-    # 69 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
-    assert jobs["equilearning_pass"] == 108
+    # 71 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
+    assert jobs["equilearning_pass"] == 110
     # 20 + 2 × 13 checkpoints and 24 base models on the leaderboard prompts, 3 on WikiText-2.
     assert jobs["measure_coupling"] == 73
-    # 12 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
-    assert jobs["sample_sentences"] == 24
+    # 13 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
+    assert jobs["sample_sentences"] == 25
     assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
 
 
