@@ -339,6 +339,44 @@ MUTATIONS = (
         ("tests/signatures/test_signatures.py",),
         "per-token correlations leave the diagonal out when told to keep it, and back",
     ),
+    Mutation(
+        "epoch_corpus_whole_sample",
+        "training/plan.py",
+        "    return sequences[:needed]",
+        "    return sequences",
+        ("tests/training/test_epochs.py",),
+        "a training of E epochs reads its whole sample, not the first steps × batch / E sequences",
+    ),
+    Mutation(
+        "trained_separator_as_text",
+        "text/tokens.py",
+        "special = part.ravel() == separator_id",
+        "special = part.ravel() < 0",
+        (
+            "tests/text/test_tokens.py::"
+            "test_packed_sequences_become_shards_whose_bigrams_stay_within_texts",
+            "tests/signatures/test_own_corpus.py",
+        ),
+        "the trained tokens' counts take the separator between texts for a text token",
+    ),
+    Mutation(
+        "t5_decoder_reads_shifted_text",
+        "forward/span_corruption.py",
+        "special[0], inputs = True, sequence.targets",
+        "special[0] = True",
+        ("tests/forward/test_encoder_decoder.py",),
+        "under next_token T5's decoder reads the text shifted right: row t has not read token t",
+    ),
+    Mutation(
+        "span_encoder_position_shifted",
+        "forward/span_corruption.py",
+        "targets.append(vocabulary.sentinel_ids[span_of[position]])\n"
+        "            encoder_positions.append(sentinel_at[-1])",
+        "targets.append(vocabulary.sentinel_ids[span_of[position]])\n"
+        "            encoder_positions.append(sentinel_at[-1] + 1)",
+        ("tests/forward/test_encoder_decoder.py",),
+        "a span corruption sentinel's row reads the encoder one position after its sentinel",
+    ),
 )
 
 

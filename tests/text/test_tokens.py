@@ -1,12 +1,17 @@
 """Token tables: truncation, schema, BOS and padding for left- and right-padding tokenizers."""
 
+import itertools
+
+import numpy as np
 import polars as pl
 import pytest
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.loading import load_tokenizer
+from layerlaws.text import tokens as tokens_module
 from layerlaws.text.tokens import (
     TOKEN_SCHEMA,
+    packed_token_shards,
     tokenize_corpus,
     tokenize_prompts,
     tokenize_sentences,
@@ -108,3 +113,27 @@ def test_the_limit_is_capped_at_the_model_context(llama_folder, caplog):
     assert len(tokenize_prompts([long_text], tokenizer, 512, "truncate", 20)[0]) == 20
     with pytest.raises(LayerlawsError, match="fewer than 2 tokens"):
         tokenize_prompts([""], tokenizer, 8)
+
+
+def test_packed_sequences_become_shards_whose_bigrams_stay_within_texts(tmp_path):
+    """Three packed sequences of 5 tokens, texts joined by the separator 0, in shards of
+    two sequences: text tokens counted, separators special, and a successor only where two
+    text tokens stand side by side in one sequence (counted here by hand)."""
+    sequences = np.array([[5, 6, 0, 7, 8], [9, 0, 5, 6, 6], [7, 7, 7, 0, 9]])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tokens_module, "PACKED_SHARD_TOKENS", 10)
+        counts = packed_token_shards(sequences, 0, tmp_path)
+    assert counts == {"n_sequences": 3, "n_text_tokens": 12, "n_shards": 2}
+    table = pl.concat(pl.read_parquet(path) for path in sorted(tmp_path.glob("shard_*")))
+    assert table["sentence_id"].to_list() == [0] * 5 + [1] * 5 + [2] * 5
+    assert table["is_special"].to_list() == [token == 0 for token in sequences.ravel()]
+    pairs = [
+        (first, second)
+        for row in sequences
+        for first, second in itertools.pairwise(row)
+        if first and second
+    ]
+    found = table.filter(pl.col("next_token_id").is_not_null()).select("token_id", "next_token_id")
+    assert sorted(found.rows()) == sorted(pairs) and len(pairs) == 6
+    with pytest.raises(LayerlawsError, match="no packed sequence"):
+        packed_token_shards(sequences[:0], 0, tmp_path / "empty")
