@@ -1,9 +1,18 @@
-"""The README's numbers about the default run and the paper config, recomputed from the
-configs: the default datasets' tokens and next-token regression rows (sampled and
-tokenised as the pipeline does, with SmolLM2's own tokenizer), the trained model's
-parameters, and the equi-learning passes configs/paper.yaml plans."""
+"""The README's numbers about the default run and the paper config.
 
+Recomputed from the configs (slow): the default datasets' tokens and next-token regression
+rows (sampled and tokenised as the pipeline does, with SmolLM2's own tokenizer), the trained
+model's parameters, and the equi-learning passes configs/paper.yaml plans.
+
+Kept by docs/readme_numbers.py (fast): every number "What the default run finds" quotes from
+a default run's tables is the one docs/default_run_numbers.json holds, the snapshot that
+script writes from a default run's results; and the script's extractions and formats, on a
+small made-up results folder."""
+
+import importlib.util
+import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +22,6 @@ from snakemake.utils import validate
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.text.corpus import sample_sentences
 from layerlaws.text.tokens import tokenize_sentences
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
@@ -49,6 +56,7 @@ def smollm2_tokenizer(default_config):
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
+@pytest.mark.slow
 def test_the_default_datasets_tokens_and_rows(default_config, smollm2_tokenizer):
     """Tokens of wiki-science and wiki-culture, and their next-token rows: a text token
     followed by a text token of the same text."""
@@ -77,6 +85,7 @@ def test_the_default_datasets_tokens_and_rows(default_config, smollm2_tokenizer)
     assert stated == (counted[0][0], counted[1][0], counted[0][1], counted[1][1])
 
 
+@pytest.mark.slow
 def test_the_trained_models_parameters(default_config, smollm2_tokenizer):
     """wiki-llama as the training stage builds it, its parameters counted by torch."""
     from layerlaws.training.plan import TrainingSpec
@@ -92,6 +101,187 @@ def test_the_trained_models_parameters(default_config, smollm2_tokenizer):
     )
 
 
+@pytest.mark.slow
 def test_the_paper_configs_equilearning_passes():
     expanded = ExpandedConfig.from_config(_validated(ROOT / "configs" / "paper.yaml"))
     assert _stated(r"The (\d+) equi-learning passes") == (len(expanded.runs),)
+
+
+# docs/readme_numbers.py: the README's numbers from a default run's tables.
+
+_spec = importlib.util.spec_from_file_location(
+    "readme_numbers", ROOT / "docs" / "readme_numbers.py"
+)
+numbers = sys.modules["readme_numbers"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(numbers)
+SNAPSHOT = json.loads(numbers.SNAPSHOT.read_text())
+
+
+@pytest.mark.parametrize("entry", numbers.ENTRIES, ids=lambda entry: entry.name)
+def test_the_readme_quotes_the_default_runs_number(entry):
+    """Each number is quoted in exactly one place, as the snapshot of the default run has it
+    (after a default run: `python docs/readme_numbers.py results --write-snapshot
+    docs/default_run_numbers.json`, then `--update-readme`)."""
+    places = numbers.matches(README, entry)
+    assert len(places) == 1, f"{entry.name}: {entry.regex!r} matches {len(places)} times"
+    assert places[0].group(1) == SNAPSHOT.get(entry.name), (
+        f"{entry.name}: the README says {places[0].group(1)!r}, "
+        f"the snapshot {SNAPSHOT.get(entry.name)!r}"
+    )
+
+
+def test_the_snapshot_has_exactly_the_scripts_entries():
+    names = [entry.name for entry in numbers.ENTRIES]
+    assert len(set(names)) == len(names), "two entries share a name"
+    assert sorted(SNAPSHOT) == sorted(names)
+
+
+def test_no_two_entries_capture_the_same_number():
+    spans = [numbers.matches(README, entry)[0].span(1) for entry in numbers.ENTRIES]
+    assert len(set(spans)) == len(spans)
+
+
+@pytest.mark.parametrize(
+    ("format_", "value", "text"),
+    [
+        (numbers.fixed(3), -0.97351, "−0.974"),
+        (numbers.fixed(3), 0.0296, "0.030"),
+        (numbers.fixed(3), -0.0004, "0.000"),
+        (numbers.fixed(0), -0.000078, "0"),
+        (numbers.signed(3), 0.96329, "+0.963"),
+        (numbers.signed(3), -0.6716, "−0.672"),
+        (numbers.signed(2), 0.0004, "0.00"),
+        (numbers.count, 1048280, "1,048,280"),
+        (numbers.count, 2137.93, "2,138"),
+        (numbers.percent(0), 0.11446, "11"),
+        (numbers.percent(1), 0.42504, "42.5"),
+        (numbers.significant(2), 53.08, "53"),
+        (numbers.significant(2), 4.1505, "4.2"),
+        (numbers.significant(2), 0.51578, "0.52"),
+        (numbers.significant(2), 1.000025, "1.0"),
+        (numbers.significant(2), 9.96, "10"),
+        (numbers.significant(3), 73.128, "73.1"),
+        (numbers.significant(3), 7.8374, "7.84"),
+    ],
+)
+def test_formats(format_, value, text):
+    assert format_(value) == text
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def made_up_results(tmp_path):
+    """A few tables of a results folder, with rows the entries must not pick beside theirs."""
+    header = "model,dataset,offset,norm,control,rho,pearson,pr_first,pr_last,overall_decay\n"
+    _write(
+        tmp_path / "equilearning" / "summary.csv",
+        header
+        + "smollm2-135m,wiki-science,1,model,none,0.99538,-0.97351,0.87969,0.79619,0.90508\n"
+        + "smollm2-135m,wiki-science,1,model,shuffled_vocab,0.998,-0.94648,0.917,0.882,0.96142\n"
+        + "smollm2-135m,wiki-science,1,standardize,none,0.99537,-0.97420,0.880,0.796,0.905\n"
+        + "smollm2-135m,wiki-science,0,model,none,1.03567,0.96329,0.16544,0.63066,3.81\n"
+        + "smollm2-135m,wiki-culture,1,model,none,0.99651,-0.97488,0.86541,0.79770,0.92\n"
+        + "wiki-llama@step800,wiki-science,1,model,none,0.998,-0.5,0.5,0.5,0.5\n",
+    )
+    _write(
+        tmp_path / "synthetic" / "summary.csv",
+        "task,model,epoch,seeds,r_order_mean,r_order_sd,train_accuracy,alignment_label\n"
+        "add,linear,10,3,-0.94760,0.00024,0.46773,0.90661\n"
+        "add,ffn,10,3,-0.92381,0.02574,0.96989,0.90017\n"
+        "mod,linear,10,3,-0.07317,0.14993,0.11446,0.10441\n",
+    )
+    _write(
+        tmp_path / "signatures" / "smollm2-135m" / "wikipedia" / "summary.json",
+        json.dumps({"corpus_text_tokens": 1048280, "distinct_tokens": 33350, "bigrams": 1038247}),
+    )
+    # The prompts' mean: the diagonal (0) and another K and metric are left out.
+    depth = ["weights,prompt,layer_a,layer_b,k,metric,miscoupling"]
+    for weights, value in (("trained", 0.8), ("random", 0.95)):
+        for a in (1, 2, 3):
+            for b in (1, 2, 3):
+                mis = 0.0 if a == b else value + 0.01 * abs(a - b)
+                depth.append(f"{weights},mean,{a},{b},10,paper,{mis}")
+                depth.append(f"{weights},mean,{a},{b},30,paper,{mis + 0.1}")
+                depth.append(f"{weights},mean,{a},{b},10,unnormalised,{10 * mis}")
+                depth.append(f"{weights},0,{a},{b},10,paper,0.5")
+    _write(tmp_path / "coupling" / "smollm2-135m" / "paper" / "depth.csv", "\n".join(depth))
+    return tmp_path
+
+
+def test_the_entries_on_a_made_up_results_folder(made_up_results):
+    expected = {
+        "law.wiki-science.next.r": "−0.974",
+        "law.wiki-science.next.rho": "0.9954",
+        "law.wiki-science.next.pr_first": "0.880",
+        "law.wiki-science.next.pr_last": "0.796",
+        "law.wiki-science.current.r": "+0.963",
+        "law.wiki-culture.next.r": "−0.975",
+        "law.wiki-science.next.shuffled_vocab.decay": "0.961",
+        "law.wiki-science.next.decay": "0.905",
+        "law.wiki-science.next.standardize.r": "−0.974",
+        "synthetic.add.linear.r_order": "−0.948",
+        "synthetic.add.linear.r_order_sd": "0.000",
+        "synthetic.add.ffn.r_order_sd": "0.026",
+        "synthetic.add.ffn.train_accuracy": "0.97",
+        "synthetic.mod.linear.train_accuracy.percent": "11",
+        "synthetic.add.linear.alignment_label": "0.91",
+        "signatures.wikipedia.corpus_text_tokens": "1,048,280",
+        "signatures.wikipedia.bigrams": "1,038,247",
+        # (0.81 + 0.82 + 0.81 + 0.81 + 0.82 + 0.81) / 6 over the six off-diagonal pairs
+        "coupling.depth.paper.k10.trained": "0.813",
+        "coupling.depth.paper.k30.random": "1.063",
+        "coupling.metrics.unnormalised.k10.trained": "8.133",
+        "coupling.depth.paper.k10.trained.distance1": "0.810",
+    }
+    entries = {entry.name: entry for entry in numbers.ENTRIES}
+    assert set(expected) <= set(entries)
+    results = numbers.Results(made_up_results)
+    assert {name: entries[name].text(results) for name in expected} == expected
+
+
+def test_an_entry_whose_row_is_missing_or_twice_fails(made_up_results):
+    entries = {entry.name: entry for entry in numbers.ENTRIES}
+    results = numbers.Results(made_up_results)
+    with pytest.raises(LookupError, match="0 rows"):
+        entries["law.wiki-science.previous.r"].text(results)
+    summary = made_up_results / "synthetic" / "summary.csv"
+    summary.write_text(summary.read_text() + "add,linear,10,3,-0.5,0.1,0.5,0.5\n")
+    with pytest.raises(LookupError, match="2 rows"):
+        entries["synthetic.add.linear.r_order"].text(numbers.Results(made_up_results))
+
+
+def test_the_readme_is_rewritten_and_checked_number_by_number():
+    """``substituted`` replaces each captured number only; ``problems`` names every entry
+    whose text differs from the snapshot, matches other than once, or is missing."""
+    text = (
+        "| a | −0.974 | 0.99 |\nr = +0.13 on `x`, then\n1,202 at layer 30; again r = +0.13 on `y`\n"
+    )
+    entries = [
+        numbers.Entry("a.r", numbers.pattern("^| a | {} |"), None, None),
+        numbers.Entry("a.rho", numbers.pattern("^| a | {n} | {} |"), None, None),
+        numbers.Entry("x.r", numbers.pattern("r = {} on `x`"), None, None),
+        numbers.Entry("d", numbers.pattern("then {} at layer 30"), None, None),
+    ]
+    snapshot = {"a.r": "−0.975", "a.rho": "0.99", "x.r": "−0.20", "d": "1,203"}
+    new, changes = numbers.substituted(text, snapshot, entries)
+    assert new == (
+        "| a | −0.975 | 0.99 |\nr = −0.20 on `x`, then\n1,203 at layer 30; again r = +0.13 on `y`\n"
+    )
+    assert changes == ["a.r: −0.974 → −0.975", "x.r: +0.13 → −0.20", "d: 1,202 → 1,203"]
+    assert numbers.problems(new, snapshot, entries) == []
+    assert numbers.problems(text, snapshot, entries) == [
+        "a.r: the README says '−0.974', the snapshot '−0.975'",
+        "x.r: the README says '+0.13', the snapshot '−0.20'",
+        "d: the README says '1,202', the snapshot '1,203'",
+    ]
+    ambiguous = [numbers.Entry("r", numbers.pattern("r = {} on"), None, None)]
+    assert numbers.problems(text, {"r": "+0.13", "stale": "1"}, ambiguous) == [
+        "stale: in the snapshot, not an entry of the script",
+        "r: its pattern matches 2 times in the README",
+    ]
+    with pytest.raises(ValueError, match="matches 2 times"):
+        numbers.substituted(text, {"r": "+0.13"}, ambiguous)
