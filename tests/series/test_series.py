@@ -104,9 +104,11 @@ def test_training_series_summary(series_run):
 
 def test_checkpoints_share_counts_and_couple_against_their_initialisation(series_run):
     results = series_run / "results"
-    # The training corpus is counted once, for the tokenizer's model, and is the texts
-    # the probing dataset did not sample.
-    assert (results / "signatures/tiny-llama/rest/unigrams.parquet").is_file()
+    # The training corpus is counted once, over the sequences the training read
+    # (signatures.own_corpus_counts: trained), not per checkpoint nor from the whole
+    # source, and is the texts the probing dataset did not sample.
+    assert (results / "training/tiny/counts/unigrams.parquet").is_file()
+    assert not (results / "signatures/tiny-llama/rest/unigrams.parquet").exists()
     assert not (results / "signatures/tiny@step0/rest/unigrams.parquet").exists()
     probed = set(pl.read_parquet(results / "corpus/mini/sentences.parquet")["source"])
     trained = set(pl.read_parquet(results / "corpus/rest/sentences.parquet")["source"])
