@@ -1,6 +1,7 @@
 """A short public API for a model already in memory (a notebook), through the same library
-functions the pipeline uses: the law of equi-learning on a list of texts, the probability
-signatures of texts against the model's embeddings, the block coupling of a prompt.
+functions the pipeline uses: the equi-learning pass on a list of texts (the law, separation
+fuzziness, token views, the held-out loss), the probability signatures of texts against the
+model's embeddings, the block coupling of a prompt, and a random twin of the model.
 
 ``model`` is a Hugging Face model of a family in the architecture table
 (``layerlaws.models.architectures``), ``tokenizer`` its tokenizer. Nothing is written to disk
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ import polars as pl
 
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
 from layerlaws.coupling.settings import CouplingSettings
-from layerlaws.equilearning.law import law_table
-from layerlaws.equilearning.statistics import EquilearningStatistics, present_ids
-from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.equilearning.equilearning_pass import EquilearningPass
+from layerlaws.equilearning.law import fuzziness_law_table, law_table
+from layerlaws.equilearning.settings import EquilearningSettings
+from layerlaws.forward.span_corruption import Seq2SeqVocabulary
 from layerlaws.models.facts import model_facts
+from layerlaws.models.loading import randomly_initialised_twin
 from layerlaws.signatures.comparison import SignatureComparison, compare_with_embeddings
 from layerlaws.signatures.counting import connect, count_tokens
 from layerlaws.signatures.settings import SignatureSettings
@@ -31,10 +34,34 @@ from layerlaws.text.tokens import tokenize_sentences, with_successors
 
 @dataclass(frozen=True)
 class Law:
-    """``pr``: the columns of ``pr.csv``; ``law``: those of ``law.csv``."""
+    """The pass's tables, with the columns of the pipeline's files: ``pr`` (``pr.csv``) and
+    its fit ``law`` (``law.csv``), ``fuzziness`` and its fit ``fuzziness_law``
+    (``fuzziness.csv``, ``fuzziness_law.csv``), ``token_views`` (``token_views.csv``),
+    ``evaluation`` (``evaluation/…csv``: the model's own held-out loss, NaN where its head
+    is not evaluated), and the pass's ``report`` (rows, tokens, rate, probe)."""
 
     pr: pl.DataFrame
     law: pl.DataFrame
+    fuzziness: pl.DataFrame
+    fuzziness_law: pl.DataFrame
+    token_views: pl.DataFrame
+    evaluation: pl.DataFrame
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Coupling:
+    """One prompt's coupling as polars tables with the columns of the pipeline's files:
+    ``depth`` (``depth.csv``), ``tokens`` (``tokens.csv``), ``trajectories``
+    (``trajectories/tokens.csv``), ``layers`` (``trajectories/layers.csv``) and
+    ``singular_values``; ``measured``: everything, arrays included."""
+
+    depth: pl.DataFrame
+    tokens: pl.DataFrame
+    trajectories: pl.DataFrame
+    layers: pl.DataFrame
+    singular_values: pl.DataFrame
+    measured: PromptMeasurement
 
 
 def _tokens(texts: Sequence[str], tokenizer: Any, max_tokens: int | None) -> pl.DataFrame:
@@ -53,20 +80,51 @@ def equilearning_law(
     norms: Sequence[str] = ("model",),
     controls: Sequence[str] = ("none",),
     max_tokens: int = 512,
-    batch_size: int = 8,
+    batch_size: int | str = 8,
+    probe: str = "auto",
+    settings: EquilearningSettings | None = None,
+    progress: bool = True,
 ) -> Law:
-    """PR of every layer (0…L) for each target offset, norm and control over ``texts``,
-    and its log-linear fit over layers 1…L; the model runs where its weights are. The
-    ``shuffled_vocab`` control permutes each offset's present targets (He & Su's code)."""
+    """The equi-learning pass of the pipeline (``EquilearningPass``) over ``texts``: PR of
+    every layer (0…L) for each target offset, norm and control, and its log-linear fit over
+    layers 1…L (He & Su); separation fuzziness and its fit; the token views; the model's
+    own held-out loss. ``settings`` (default: the config's defaults,
+    ``EquilearningSettings()``) with ``offsets``, ``norms`` and ``controls`` as given;
+    ``probe`` as ``models.<key>.probe``. The model runs where its weights are, with a
+    progress bar unless ``progress`` is False. Raises LayerlawsError when an offset has no
+    more rows than the hidden size (sample more or longer texts)."""
     facts = model_facts(model, {"kind": "memory"})
-    tokens = _tokens(texts, tokenizer, max_tokens)
-    statistics = EquilearningStatistics(
-        facts, offsets, norms, controls, shuffle_seed=0, present=present_ids(tokens, offsets)
+    settings = replace(
+        settings or EquilearningSettings(),
+        offsets=tuple(offsets),
+        norms=tuple(norms),
+        controls=tuple(controls),
+    )
+    seq2seq = None
+    if getattr(model.config, "is_encoder_decoder", False):
+        seq2seq = Seq2SeqVocabulary.of(tokenizer, model.config.decoder_start_token_id)
+    pass_ = EquilearningPass.prepare(
+        _tokens(texts, tokenizer, max_tokens), facts, tokenizer, settings, probe, seq2seq
     )
     device = str(next(model.parameters()).device)
-    run_forward_pass(model, facts, tokens, [statistics], batch_size, device, progress=False)
-    pr = statistics.table()
-    return Law(pr, law_table(pr))
+    report = pass_.run(model, batch_size, device, progress=progress)
+    tables = pass_.tables()
+    return Law(
+        pr=tables["pr"],
+        law=law_table(tables["pr"]),
+        fuzziness=tables["fuzziness"],
+        fuzziness_law=fuzziness_law_table(tables["fuzziness"]),
+        token_views=tables["token_views"],
+        evaluation=tables["evaluation"],
+        report={**report, "probe": pass_.probe},
+    )
+
+
+def random_twin(model: Any, seed: int = 0) -> Any:
+    """A model of ``model``'s architecture and config with freshly initialised weights
+    (``seed``), placed and quantised like it: the pipeline's control of an untrained
+    network (He & Su's random initialisation; Aubry et al.'s random-weights baseline)."""
+    return randomly_initialised_twin(model, seed)
 
 
 def signatures(
@@ -107,9 +165,9 @@ def coupling(
     token_layers: Sequence[int | Sequence[int]] = (),
     lss_window: int = 11,
     metrics: Sequence[str] = ("paper",),
-) -> PromptMeasurement:
-    """Depth-wise and token-wise coupling and the trajectory of one prompt (rows of
-    ``depth``, ``tokens``, ``trajectories``, ``layers`` as in the pipeline's tables), by the
+) -> Coupling:
+    """Depth-wise and token-wise coupling and the trajectory of one prompt (``depth``,
+    ``tokens``, ``trajectories``, ``layers`` as in the pipeline's tables), by the
     coupling ``metrics`` (``paper``, Aubry et al.'s Eq. 14, and the released code's
     ``released_trace``, ``released_norm``, ``released_trace_swapped``,
     ``released_norm_swapped``). Load the model with ``attn_implementation="eager"``: the
@@ -123,9 +181,17 @@ def coupling(
         metrics=tuple(metrics),
     )
     device = next(model.parameters()).device
-    return measure_prompt(
+    measured = measure_prompt(
         model,
         ids.to(device),
         token_coupling=TokenCoupling.of(settings, facts.num_layers),
         settings=settings,
+    )
+    return Coupling(
+        depth=pl.DataFrame(measured.depth),
+        tokens=pl.DataFrame(measured.tokens),
+        trajectories=pl.DataFrame(measured.trajectories),
+        layers=pl.DataFrame(measured.layers),
+        singular_values=pl.DataFrame(measured.singular_values),
+        measured=measured,
     )

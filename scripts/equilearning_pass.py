@@ -16,11 +16,8 @@ from layerlaws.core.atomic import write_csv, write_json, write_npz
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
 from layerlaws.core.shards import shard_indices
-from layerlaws.equilearning.pass_observers import PassObservers
+from layerlaws.equilearning.equilearning_pass import EquilearningPass
 from layerlaws.equilearning.settings import EquilearningSettings
-from layerlaws.equilearning.statistics import check_enough_rows
-from layerlaws.forward.masking import probe_of, probe_tokens
-from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
 from layerlaws.forward.span_corruption import seq2seq_vocabulary
 from layerlaws.models.devices import claim_devices
@@ -37,35 +34,27 @@ def main() -> None:
         snakemake.output,
     )
     settings = EquilearningSettings.from_params(params)
-    facts = read_facts(snakemake.input.model)
     tokenizer = load_tokenizer(snakemake.input.model)
-    probe = probe_of(params.probe, facts.model_type)
-    tokens = probe_tokens(
+    pass_ = EquilearningPass.prepare(
         pl.read_parquet(snakemake.input.tokens),
-        probe=probe,
-        vocab_size=facts.vocab_size,
-        mask_token_id=tokenizer.mask_token_id,
-        masking=settings.masking,
-        special_tokens=settings.special_tokens,
-        seq2seq=seq2seq_vocabulary(snakemake.input.model, tokenizer),
+        read_facts(snakemake.input.model),
+        tokenizer,
+        settings,
+        params.probe,
+        seq2seq_vocabulary(snakemake.input.model, tokenizer),
     )
-    check_enough_rows(tokens, settings.offsets, facts.hidden_size)
-
-    def built() -> PassObservers:
-        return PassObservers.build(tokens, facts, tokenizer, settings, probe)
-
-    observers = built()
+    facts, observers = pass_.facts, pass_.observers
     if not observers.evaluated:
         log.warning(
             "no held-out evaluation: %s has no trained head for %s targets",
             snakemake.input.model,
-            probe,
+            pass_.probe,
         )
     shard = snakemake.wildcards.get("shard")
     shards = getattr(snakemake.input, "shards", [])
     saves = None
     if shards:
-        report = merge_pass_shards(shards, observers.all, lambda: built().all)
+        report = merge_pass_shards(shards, observers.all, lambda: pass_.fresh_observers().all)
     else:
         saves = job_saves(
             output[0],
@@ -73,7 +62,7 @@ def main() -> None:
             dict(params.items()),
             execution.checkpoint_minutes,
         )
-        count = tokens["sentence_id"].n_unique()
+        count = pass_.tokens["sentence_id"].n_unique()
         torch.set_num_threads(snakemake.threads)
         gpus = max(1, snakemake.resources.gpu)
         with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
@@ -86,14 +75,10 @@ def main() -> None:
             model = placed_model(
                 snakemake.input.model, params.dtype, claim.devices, params.quantization
             )
-            report = run_forward_pass(
+            report = pass_.run(
                 model,
-                facts,
-                tokens,
-                observers.observers,
                 execution.batch_size,
                 claim.device,
-                logit_observers=observers.logit_observers,
                 saves=saves,
                 sequence_indices=None
                 if shard is None
@@ -103,12 +88,12 @@ def main() -> None:
         write_pass_shard(output[0], observers.all, report)
         log.info("progress saves: %s", saves.finish())
         return
-    tables = observers.tables(settings)
+    tables = pass_.tables()
     for name, table in tables.items():
         write_csv(output[name], table)
     write_npz(output.token_states, observers.token_states())
     progress = saves.finish() if saves is not None else {}
-    write_json(output.report, {**asdict(facts), **report, **progress, "probe": probe})
+    write_json(output.report, {**asdict(facts), **report, **progress, "probe": pass_.probe})
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
         report["n_rows"],

@@ -8,9 +8,11 @@ import re
 import numpy as np
 import polars as pl
 import pytest
+import torch
 from snakemake_runs import REPO
 
 from layerlaws import api
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.loading import load_model, load_tokenizer
 
 
@@ -39,6 +41,13 @@ def test_the_api_matches_the_pipeline_functions(in_memory):
     assert law.pr.columns == ["layer", "offset", "norm", "control", "pr", "n_rows"]
     assert len(law.pr) == 5 * 2 and law.pr["pr"].is_between(0, 1).all()
     assert set(law.law["offset"]) == {0, 1}
+    # The pipeline's pass: fuzziness of every layer and its fit, the held-out loss of the
+    # model's own head, the probe it resolved.
+    assert law.fuzziness["layer"].to_list() == list(range(5))
+    assert np.isfinite(law.fuzziness["fuzziness"].to_numpy()).all()
+    assert law.fuzziness_law.height == 1
+    assert np.isfinite(law.evaluation["loss"].to_numpy()).all()
+    assert law.report["probe"] == "next_token" and law.report["n_rows"] > 0
     found = api.signatures(model, tokenizer, texts, top_tokens=30)
     assert found.summary["n_tokens"] <= 30 and found.rcos["r_cos"].is_between(-1, 1).all()
     measured = api.coupling(
@@ -49,9 +58,33 @@ def test_the_api_matches_the_pipeline_functions(in_memory):
         token_layers=[[1, 2]],
         metrics=["paper", "released_norm"],
     )
-    depth = pl.DataFrame(measured.depth)
+    depth = measured.depth
+    assert isinstance(depth, pl.DataFrame)
+    assert depth.equals(pl.DataFrame(measured.measured.depth))
     assert set(depth["metric"]) == {"paper", "released_norm"}
     assert depth.filter(pl.col("metric") == "paper")["miscoupling"].is_between(0, 1).all()
     assert len(depth) == 2 * 4 * 4  # metrics × layer pairs of the tiny model's 4 blocks
-    assert {(row["layer_a"], row["layer_b"]) for row in measured.tokens} == {(1, 2)}
-    assert np.isfinite([row["lss"] for row in measured.trajectories]).all()
+    assert set(measured.tokens.select("layer_a", "layer_b").unique().rows()) == {(1, 2)}
+    assert np.isfinite(measured.trajectories["lss"].to_numpy()).all()
+
+
+def test_too_few_texts_are_refused_before_the_model_runs(in_memory):
+    """The pipeline's row check: as many rows as features make PR meaningless."""
+    model, tokenizer, texts = in_memory
+    with pytest.raises(LayerlawsError, match="regression rows for target offset"):
+        api.equilearning_law(model, tokenizer, [texts[0][:40]], progress=False)
+
+
+def test_the_random_twin_is_the_same_architecture_with_fresh_weights(in_memory):
+    model, _, _ = in_memory
+    twin = api.random_twin(model, seed=1)
+    assert twin.config.to_dict() == model.config.to_dict()
+    trained = dict(model.named_parameters())
+    fresh = dict(twin.named_parameters())
+    assert fresh.keys() == trained.keys()
+    assert not torch.equal(
+        fresh["model.layers.0.mlp.up_proj.weight"], trained["model.layers.0.mlp.up_proj.weight"]
+    )
+    again = api.random_twin(model, seed=1)
+    for name, weight in again.named_parameters():
+        assert torch.equal(weight, fresh[name]), name

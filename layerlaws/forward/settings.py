@@ -17,11 +17,11 @@ class MaskingSettings(StageSettings):
     ``rate`` and replaced by the mask token (``mask_only``, He & Su's released code) or,
     under ``bert``, by the mask token (80 %), a random token (10 %) or itself."""
 
-    rate: float = field(metadata=parsed(number))
+    rate: float = field(default=0.15, metadata=parsed(number))
     """Probability that a text token is chosen, in (0, 1] (BERT's 0.15)."""
-    seed: int = field(metadata=parsed(integer))
+    seed: int = field(default=0, metadata=parsed(integer))
     """Seed of the draws."""
-    scheme: str = field(metadata=parsed(one_of(*SCHEMES)))
+    scheme: str = field(default="mask_only", metadata=parsed(one_of(*SCHEMES)))
     """mask_only: every chosen token becomes the mask token; bert: BERT's 80/10/10."""
 
     where = "equilearning.masking"

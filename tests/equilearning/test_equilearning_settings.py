@@ -110,3 +110,10 @@ def test_a_dataset_may_name_its_own_token_view_groups():
     own = run_token_views(config, "law")
     assert own == {**config["equilearning"]["token_views"], "groups": [["law"]]}
     assert config["equilearning"]["token_views"]["groups"] != [["law"]]
+
+
+def test_the_dataclass_defaults_are_the_configs(block):
+    """The Python API's defaults (the dataclass's) are the config's (the schema's), so a
+    notebook and a pipeline run measure the same by default."""
+    assert EquilearningSettings() == EquilearningSettings.from_config(block)
+    assert MaskingSettings() == EquilearningSettings.from_config(block).masking

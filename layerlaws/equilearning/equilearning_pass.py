@@ -1,0 +1,104 @@
+"""One equi-learning pass, built in one place for the pipeline's ``equilearning_pass`` rule
+and the Python API (``layerlaws.api.equilearning_law``): the probe's tokens table (He & Su
+Fig. 7: next-token, masked-LM or span-corruption probing), the check that every target
+offset has more regression rows than features, the four observers (``PassObservers``: PR
+statistics, separation fuzziness, token views, held-out evaluation), the model pass over
+them, and their tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from layerlaws.core.progress import ProgressSaves
+from layerlaws.equilearning.pass_observers import PassObservers
+from layerlaws.equilearning.settings import EquilearningSettings
+from layerlaws.equilearning.statistics import check_enough_rows
+from layerlaws.forward.masking import probe_of, probe_tokens
+from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.forward.span_corruption import Seq2SeqVocabulary
+from layerlaws.models.facts import ModelFacts
+
+
+@dataclass
+class EquilearningPass:
+    """A pass ready to run: its probed tokens, its settings and its observers."""
+
+    tokens: pl.DataFrame
+    """The tokens table as the probe reads it (``probe_tokens``)."""
+    facts: ModelFacts
+    tokenizer: Any
+    settings: EquilearningSettings
+    probe: str
+    """``next_token``, ``masked_lm`` or ``span_corruption`` (``auto`` resolved)."""
+    observers: PassObservers
+
+    @classmethod
+    def prepare(
+        cls,
+        tokens: pl.DataFrame,
+        facts: ModelFacts,
+        tokenizer: Any,
+        settings: EquilearningSettings,
+        probe: str = "auto",
+        seq2seq: Seq2SeqVocabulary | None = None,
+    ) -> EquilearningPass:
+        """The pass over ``tokens`` (a tokens table, ``layerlaws.text.tokens``) of a model
+        with ``facts`` and ``tokenizer``, probed by ``probe`` (``auto``: the family's own
+        task) and, for an encoder–decoder, its ``seq2seq`` vocabulary. Raises
+        LayerlawsError, before any model runs, on a probe the family cannot take or an
+        offset with no more rows than the hidden size."""
+        probe = probe_of(probe, facts.model_type)
+        probed = probe_tokens(
+            tokens,
+            probe=probe,
+            vocab_size=facts.vocab_size,
+            mask_token_id=tokenizer.mask_token_id,
+            masking=settings.masking,
+            special_tokens=settings.special_tokens,
+            seq2seq=seq2seq,
+        )
+        check_enough_rows(probed, settings.offsets, facts.hidden_size)
+        observers = PassObservers.build(probed, facts, tokenizer, settings, probe)
+        return cls(probed, facts, tokenizer, settings, probe, observers)
+
+    def fresh_observers(self) -> PassObservers:
+        """Another set of the pass's observers, empty (a shard's, to merge into)."""
+        return PassObservers.build(
+            self.tokens, self.facts, self.tokenizer, self.settings, self.probe
+        )
+
+    def run(
+        self,
+        model: Any,
+        batch_size: int | str,
+        device: str,
+        *,
+        saves: ProgressSaves | None = None,
+        sequence_indices: list[int] | None = None,
+        progress: bool = True,
+    ) -> dict[str, Any]:
+        """Run ``model`` (placed on ``device``, the first of its devices) over the tokens (or
+        the sequences at ``sequence_indices``, a shard's) in batches of ``batch_size``
+        (``auto``: as large as fits), feeding the observers; resumes from ``saves`` and
+        writes them when given; ``progress``: a progress bar with the rate. Returns the
+        pass's report (rows, tokens, tokens per second, batches, …)."""
+        return run_forward_pass(
+            model,
+            self.facts,
+            self.tokens,
+            self.observers.observers,
+            batch_size,
+            device,
+            logit_observers=self.observers.logit_observers,
+            saves=saves,
+            sequence_indices=sequence_indices,
+            progress=progress,
+        )
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """``pr``, ``evaluation``, ``fuzziness`` and ``token_views`` tables."""
+        return self.observers.tables(self.settings)
