@@ -25,7 +25,8 @@ from layerlaws.coupling.job import (
     write_shard,
     write_tables,
 )
-from layerlaws.coupling.measurement import TokenCoupling, combine
+from layerlaws.coupling.measurement import TokenCoupling
+from layerlaws.coupling.prompt_set import combine
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.facts import read_facts
 from layerlaws.pipeline.execution import Execution

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling import measurement
+from layerlaws.coupling import prompt_set
 from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.loading import coupling_twins
@@ -26,7 +26,7 @@ def measure_prompts(
     labelled by its id, the token coupling of 4 layers unless given."""
     twins = coupling_twins(folder, None, dtype, "cpu", settings.init_seed)
     token_coupling = token_coupling or TokenCoupling.of(settings, 4)
-    measured = measurement.measure_prompts(
+    measured = prompt_set.measure_prompts(
         twins,
         prompts,
         range(len(prompts)),
@@ -38,4 +38,4 @@ def measure_prompts(
         jacobian_prompts=jacobian_prompts,
     )
     labels = [[str(token) for token in prompt] for prompt in prompts]
-    return twins, measurement.combine(measured, list(twins), labels, token_coupling, settings)
+    return twins, prompt_set.combine(measured, list(twins), labels, token_coupling, settings)

@@ -12,6 +12,15 @@ input files, its settings, the library's code) and the job's own record of the w
 so far (e.g. the batches, in order). A rerun resumes only from a save with the same
 fingerprint and says so in its log; a save from other inputs, other code or an unreadable
 file is discarded with a log line saying why, and the job starts from the beginning.
+The job's record is a ``prefix_hash`` of the units of work (batches, prompts) merged so
+far, in order; it resumes only when ``prefix_matches``: the record is that of the first
+units it would do itself.
+
+Saves are written with ``torch.save``, not pickle: the states hold the observers' tensors
+(accumulated statistics, large, possibly on a GPU), which torch.save writes as raw
+storages in its zip format without pickle's in-memory copies, and loads back on the device
+they were saved from. torch is imported only where a save is read or written, so that
+``layerlaws.core`` stays torch-free (tests/pipeline/test_torch_free.py).
 """
 
 from __future__ import annotations
@@ -21,11 +30,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import torch
 
 import layerlaws
 from layerlaws.core.atomic import atomic_path
@@ -71,6 +78,12 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], settings: Mapping[str,
     return digest.hexdigest()
 
 
+def prefix_hash(units: Iterable[Any]) -> str:
+    """sha256 (hex) of the repr of ``units`` as a list, in order: a job's record of the
+    units of work (batches, prompts…) it has merged so far."""
+    return hashlib.sha256(repr(list(units)).encode()).hexdigest()
+
+
 def job_saves(
     output: str | os.PathLike[str],
     inputs: Iterable[str | os.PathLike[str]],
@@ -99,6 +112,8 @@ class ProgressSaves:
         """The state of the last save, or None (nothing saved, or discarded: logged)."""
         if not self.path.exists():
             return None
+        import torch
+
         try:
             saved = torch.load(self.path, weights_only=False)
         except Exception as error:  # any unreadable file is discarded, never trusted
@@ -116,6 +131,23 @@ class ProgressSaves:
         log.info("resuming from %s (%s, saved %s)", self.path, saved["progress"], saved["time"])
         return saved["state"]
 
+    def prefix_matches(self, recorded: str, units: Sequence[Any], done: int, merged: str) -> bool:
+        """Whether a loaded save whose record of its ``done`` units is ``recorded``
+        (``prefix_hash``) merged the first ``done`` of ``units``, the work this job does in
+        order; if not, logs that it is discarded (``merged`` names its units, e.g.
+        ``measured prompts``)."""
+        if done <= len(units) and recorded == prefix_hash(units[:done]):
+            return True
+        log.warning(
+            "discarding the progress save %s: its %d %s are not the first of this job's %d; "
+            "starting from the beginning",
+            self.path,
+            done,
+            merged,
+            len(units),
+        )
+        return False
+
     def save_if_due(self, state: Any, progress: str) -> bool:
         """Save ``state`` if ``every_minutes`` have passed since the last save (or since
         the job began); returns whether it saved."""
@@ -127,6 +159,8 @@ class ProgressSaves:
     def save(self, state: Any, progress: str) -> None:
         """Write ``state`` with the fingerprint, atomically (tensors are loaded back on the
         device they were saved from); ``progress`` says how far the job got."""
+        import torch
+
         started = time.monotonic()
         record = {
             "fingerprint": self.fingerprint,

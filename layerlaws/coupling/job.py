@@ -24,12 +24,8 @@ import torch
 from layerlaws.core.atomic import atomic_path, write_csv, write_npz
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling.measurement import (
-    Measured,
-    PromptSetMeasurement,
-    TokenCoupling,
-    measure_prompts,
-)
+from layerlaws.coupling.measurement import TokenCoupling
+from layerlaws.coupling.prompt_set import Measured, PromptSetMeasurement, measure_prompts
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.architectures import require_single_stack
 from layerlaws.models.devices import claim_devices

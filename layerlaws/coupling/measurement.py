@@ -26,29 +26,19 @@ Eq. 7, unless ``final_norm`` is off):
   in_last_block`` x^L has passed the final norm already, so the lens applies only the
   head there and the norm and head at every other layer; under ``excluded`` the norm and
   head at every layer.
-
-A prompt set given ``ProgressSaves`` (``layerlaws.core.progress``) saves, between prompts
-and at most every ``execution.checkpoint_minutes``, the ``PromptMeasurement`` of every
-(weights, prompt) measured so far, with a hash of those weights' names, prompt indices and
-token ids. A rerun with the same inputs skips them and ends with the outputs of an
-uninterrupted run: every randomised SVD starts its generator from ``svd_seed`` anew, so a
-prompt's numbers do not depend on the prompts measured before it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import polars as pl
 import torch
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.progress import ProgressSaves
 from layerlaws.coupling.costs import AUTO, MATRIX_FREE, TOKEN_LOCAL, PromptShape
 from layerlaws.coupling.jacobians import top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
@@ -217,43 +207,56 @@ def measure_prompt(
     calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
     if jacobians:
-        _measure_jacobians(result, calls, streams, token_coupling, settings, vjp_chunk, svd_length)
-    _measure_trajectories(result, model, streams, input_ids, settings)
+        chosen = _chosen_svd(settings, len(calls), streams, token_coupling, svd_length)
+        _measure_depth(result, calls, streams, chosen, vjp_chunk)
+        _measure_tokens(result, calls, streams, token_coupling, chosen, vjp_chunk)
+    _measure_trajectories(result, settings)
+    _measure_logit_lens(result, model, streams, input_ids, settings)
     return result
 
 
-def _measure_jacobians(
+def _chosen_svd(
+    settings: CouplingSettings,
+    n_layers: int,
+    streams: torch.Tensor,
+    token_coupling: TokenCoupling,
+    svd_length: int | None,
+) -> CouplingSettings:
+    """``settings`` with ``svd: auto`` resolved to the cheaper path for prompts of
+    ``svd_length`` tokens (the streams' (L + 1, T, d) by default) and ``n_layers`` blocks."""
+    if settings.svd != AUTO:
+        return settings
+    shape = PromptShape(
+        n_layers,
+        streams.shape[2],
+        svd_length or streams.shape[1],
+        max(settings.ks),
+        settings.metrics,
+        token_coupling.layer_pairs,
+    )
+    return replace(settings, svd=shape.cheaper_svd(settings.products == TOKEN_LOCAL))
+
+
+def _measure_depth(
     result: PromptMeasurement,
     calls: Sequence[BlockCall],
     streams: torch.Tensor,
-    token_coupling: TokenCoupling,
     settings: CouplingSettings,
     vjp_chunk: int,
-    svd_length: int | None,
 ) -> None:
-    """The depth and token-wise coupling of one prompt's traced ``calls`` and ``streams``
-    (L + 1, T, d) into ``result`` (``measure_prompt``)."""
-    n_layers, length = len(calls), streams.shape[1]
-    if settings.svd == AUTO:
-        shape = PromptShape(
-            n_layers,
-            streams.shape[2],
-            svd_length or length,
-            max(settings.ks),
-            settings.metrics,
-            token_coupling.layer_pairs,
-        )
-        settings = replace(settings, svd=shape.cheaper_svd(settings.products == TOKEN_LOCAL))
-    ks, svd = settings.ks, settings.svd
-    last, k_max, k_kept = length - 1, max(ks), min(ks)
-
-    seed, swapped = settings.svd_seed, needs_swapped(settings.metrics)
+    """The depth coupling of one prompt's traced ``calls`` and ``streams`` (L + 1, T, d)
+    into ``result``: the last token's J^l, their miscoupling, couplings, factors and
+    singular values (``measure_prompt``; ``settings.svd`` resolved)."""
+    ks, svd, seed = settings.ks, settings.svd, settings.svd_seed
+    last, k_max = streams.shape[1] - 1, max(ks)
     depth = [
         BlockJacobians(call, stream, svd, settings.products, vjp_chunk).between(last, [last])[0]
         for call, stream in zip(calls, streams, strict=False)
     ]
     depth_factors = [_factors(j, k_max, svd, seed) for j in depth]
-    couplings, swapped_couplings = _couplings(depth, depth_factors, k_max, swapped)
+    couplings, swapped_couplings = _couplings(
+        depth, depth_factors, k_max, needs_swapped(settings.metrics)
+    )
     matrices = metric_matrices(
         couplings, swapped_couplings, [s for _, s, _ in depth_factors], ks, settings.metrics
     )
@@ -262,7 +265,7 @@ def _measure_jacobians(
         for (metric, k), matrix in matrices.items()
         for (a, b), value in np.ndenumerate(matrix.numpy())
     ]
-    result.depth_couplings = _kept(couplings, k_kept)
+    result.depth_couplings = _kept(couplings, min(ks))
     result.factors = {
         "u": torch.stack([u for u, _, _ in depth_factors]).cpu().numpy(),
         "s": torch.stack([s for _, s, _ in depth_factors]).cpu().numpy(),
@@ -274,6 +277,21 @@ def _measure_jacobians(
         for rank, value in enumerate(values, start=1)
     ]
 
+
+def _measure_tokens(
+    result: PromptMeasurement,
+    calls: Sequence[BlockCall],
+    streams: torch.Tensor,
+    token_coupling: TokenCoupling,
+    settings: CouplingSettings,
+    vjp_chunk: int,
+) -> None:
+    """The token-wise coupling of one prompt's traced ``calls`` and ``streams`` (L + 1, T,
+    d) into ``result``: every kind at every layer pair of ``token_coupling``, and the
+    couplings of the ``self`` kind at the first pair (``measure_prompt``; ``settings.svd``
+    resolved)."""
+    ks, svd, seed = settings.ks, settings.svd, settings.svd_seed
+    length, k_max, swapped = streams.shape[1], max(ks), needs_swapped(settings.metrics)
     fixed_input = token_coupling.token(
         token_coupling.fixed_input_token, length, "fixed_input_token"
     )
@@ -305,7 +323,7 @@ def _measure_jacobians(
             couplings, swapped_couplings = _couplings(coupled, factors, k_max, swapped)
             matrices = metric_matrices(couplings, swapped_couplings, own, ks, settings.metrics)
             if pair == 0 and kind == "self":
-                result.token_couplings = _kept(couplings, k_kept)
+                result.token_couplings = _kept(couplings, min(ks))
             result.tokens += [
                 {
                     "layer_a": layer_a,
@@ -322,18 +340,11 @@ def _measure_jacobians(
             ]
 
 
-def _measure_trajectories(
-    result: PromptMeasurement,
-    model: Any,
-    streams: torch.Tensor,
-    input_ids: torch.Tensor,
-    settings: CouplingSettings,
-) -> None:
-    """The trajectory measures of one prompt's streams (L + 1, T, d) into ``result``."""
-    n_layers, length = streams.shape[0] - 1, streams.shape[1]
-    entropy, loss = lens_entropy_and_loss(
-        model, streams, input_ids[0], normed_last=settings.includes_final_norm
-    )
+def _measure_trajectories(result: PromptMeasurement, settings: CouplingSettings) -> None:
+    """The trajectory measures of one prompt's ``result.streams`` (L + 1, T, d) into
+    ``result``: per token its line-shape score, expodistance and equidistance; per token
+    and layer its norm, step length and windowed line-shape score."""
+    n_layers, length = result.streams.shape[0] - 1, result.streams.shape[1]
     for token in range(length):
         trajectory = result.streams[:, token]
         result.trajectories.append(
@@ -354,182 +365,29 @@ def _measure_trajectories(
                 "norm": float(norms[layer]),
                 "step_length": float(steps[layer]),
                 "lss_window": float(windows[layer]),
-                "logit_entropy": float(entropy[layer, token]),
-                "next_token_loss": float(loss[layer, token]),
             }
             for layer in range(n_layers + 1)
         ]
 
 
+def _measure_logit_lens(
+    result: PromptMeasurement,
+    model: Any,
+    streams: torch.Tensor,
+    input_ids: torch.Tensor,
+    settings: CouplingSettings,
+) -> None:
+    """The logit lens of one prompt's ``streams`` (L + 1, T, d) added to the rows of
+    ``result.layers`` (one per token and layer, ``_measure_trajectories``): the entropy of
+    the model's head at x^l and its loss on the next token."""
+    entropy, loss = lens_entropy_and_loss(
+        model, streams, input_ids[0], normed_last=settings.includes_final_norm
+    )
+    for row in result.layers:
+        row["logit_entropy"] = float(entropy[row["layer"], row["token"]])
+        row["next_token_loss"] = float(loss[row["layer"], row["token"]])
+
+
 def _kept(couplings: torch.Tensor, k: int) -> np.ndarray:
     """The coupling matrices (n_a, n_b, K, K) cut to K = ``k``, float32 on the CPU."""
     return couplings[:, :, :k, :k].float().cpu().numpy()
-
-
-@dataclass
-class PromptSetMeasurement:
-    """The tables and arrays of a prompt set measured under several weights."""
-
-    depth: pl.DataFrame
-    """weights, prompt (index or ``mean``), layer_a, layer_b, k, metric, miscoupling (the
-    value of that coupling metric, ``layerlaws.coupling.miscoupling``)."""
-    singular_values: pl.DataFrame
-    """weights, prompt, layer, rank (1..K), singular_value (of the last token's J^l)."""
-    tokens: pl.DataFrame
-    """weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, metric, miscoupling."""
-    trajectories: pl.DataFrame
-    """weights, prompt, token, lss, expodistance, equidistance_cv, text."""
-    layers: pl.DataFrame
-    """weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0),
-    logit_entropy, next_token_loss (nats; NaN at the last token)."""
-    factors: dict[str, np.ndarray]
-    """``<weights>/<prompt>/{u,s,v}``: top-K factors of the last-token Jacobians."""
-    streams: dict[str, np.ndarray]
-    """``<weights>/<prompt>``: raw residual stream (L + 1, T, d)."""
-    couplings: dict[str, np.ndarray]
-    """``depth/<weights>/<prompt>``: A of every depth pair (L, L, K, K), and
-    ``depth/<weights>/mean_abs`` their mean |A| over prompts; ``tokens/<weights>/0``: A of
-    the ``self`` kind at the first token layer pair, first prompt (T, T, K, K); ``k``: K
-    (the smallest of ``ks``); ``token_layers``: that pair (l, l′). float32."""
-
-
-Measured = dict[tuple[str, int], PromptMeasurement]
-"""Prompt measurements by (weights, prompt index)."""
-
-
-def measure_prompts(
-    models: Mapping[str, Any],
-    prompts: Sequence[Sequence[int]],
-    indices: Sequence[int],
-    *,
-    token_coupling: TokenCoupling,
-    settings: CouplingSettings,
-    vjp_chunk: int,
-    device: str,
-    saves: ProgressSaves | None = None,
-    jacobian_prompts: int | None = None,
-) -> Measured:
-    """``measure_prompt`` for the prompts (token ids) of ``indices`` under every weights
-    (e.g. ``trained`` and ``random``) on ``device``; ``svd: auto`` decides for the
-    longest of all ``prompts``, so that every shard of a set decides alike. Only the
-    prompts before index ``jacobian_prompts`` (all when None) have their Jacobians
-    measured, the rest their trajectories. With ``saves`` the prompts measured by an
-    earlier run of the same inputs are taken from its last save, and the measurements so
-    far are saved after each prompt that leaves some to measure (the caller removes the
-    save once its outputs are written)."""
-    units = [
-        (weights, index, [int(token) for token in prompts[index]])
-        for weights in models
-        for index in indices
-    ]
-    longest = max(len(prompt) for prompt in prompts)
-    measured = _resumed(saves, units) if saves is not None else []
-    for number, (weights, index, ids) in enumerate(units[len(measured) :], start=len(measured) + 1):
-        measured.append(
-            measure_prompt(
-                models[weights],
-                torch.tensor([ids], device=device),
-                token_coupling=token_coupling,
-                settings=settings,
-                vjp_chunk=vjp_chunk,
-                svd_length=longest,
-                jacobians=jacobian_prompts is None or index < jacobian_prompts,
-            )
-        )
-        log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
-        if saves is not None and number < len(units):
-            state = {"units_hash": _units_hash(units[:number]), "measured": measured}
-            saves.save_if_due(state, f"prompt {number} of {len(units)}")
-    return {
-        (weights, index): result
-        for (weights, index, _), result in zip(units, measured, strict=True)
-    }
-
-
-def _units_hash(units: Sequence[tuple[str, int, list[int]]]) -> str:
-    """sha256 of (weights, prompt index, token ids) of ``units``, in order: the prompts
-    measured so far."""
-    return hashlib.sha256(repr(list(units)).encode()).hexdigest()
-
-
-def _resumed(
-    saves: ProgressSaves, units: Sequence[tuple[str, int, list[int]]]
-) -> list[PromptMeasurement]:
-    """The measurements of the first ``units`` (weights, prompt index, token ids) kept by
-    the last save; [] when there is none or it holds other prompts (logged)."""
-    state = saves.load()
-    if state is None:
-        return []
-    done = len(state["measured"])
-    if done > len(units) or state["units_hash"] != _units_hash(units[:done]):
-        log.warning(
-            "discarding the progress save %s: its %d measured prompts are not the first of "
-            "this job's %d; starting from the beginning",
-            saves.path,
-            done,
-            len(units),
-        )
-        return []
-    log.info("resuming the coupling after %d of %d prompts (weights × prompts)", done, len(units))
-    return state["measured"]
-
-
-def combine(
-    measured: Mapping[tuple[str, int], PromptMeasurement],
-    weights_names: Sequence[str],
-    labels: Sequence[Sequence[str]],
-    token_coupling: TokenCoupling,
-    settings: CouplingSettings,
-) -> PromptSetMeasurement:
-    """The tables and arrays of the prompt set from the ``measured`` prompts (keyed by
-    weights and prompt index: one job's, or the union of its shards'), in the order of
-    ``weights_names`` and of ``labels`` (one per prompt). Depth rows are also averaged
-    over the prompts (prompt ``mean``)."""
-    rows: dict[str, list[dict[str, Any]]] = {
-        name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
-    }
-    factors, streams = {}, {}
-    couplings: dict[str, np.ndarray] = {
-        "k": np.array(min(settings.ks)),
-        "token_layers": np.array(token_coupling.layer_pairs[0]),
-    }
-    for weights in weights_names:
-        absolute = []
-        for index in range(len(labels)):
-            prompt = measured[weights, index]
-            tag = {"weights": weights, "prompt": str(index)}
-            for name, table in rows.items():
-                table += [tag | row for row in getattr(prompt, name)]
-            for key, array in prompt.factors.items():
-                factors[f"{weights}/{index}/{key}"] = array
-            streams[f"{weights}/{index}"] = prompt.streams
-            if prompt.depth_couplings is None:
-                continue
-            couplings[f"depth/{weights}/{index}"] = prompt.depth_couplings
-            absolute.append(np.abs(prompt.depth_couplings))
-            if index == 0:
-                couplings[f"tokens/{weights}/0"] = prompt.token_couplings
-        couplings[f"depth/{weights}/mean_abs"] = np.mean(absolute, axis=0, dtype=np.float64).astype(
-            np.float32
-        )
-    depth = pl.DataFrame(rows["depth"])
-    mean = (
-        depth.group_by("weights", "layer_a", "layer_b", "k", "metric", maintain_order=True)
-        .agg(pl.col("miscoupling").mean())
-        .with_columns(prompt=pl.lit("mean"))
-    )
-    trajectories = pl.DataFrame(rows["trajectories"]).with_columns(
-        text=pl.struct("prompt", "token").map_elements(
-            lambda row: labels[int(row["prompt"])][row["token"]], return_dtype=pl.String
-        )
-    )
-    return PromptSetMeasurement(
-        depth=pl.concat([depth, mean.select(depth.columns)]),
-        singular_values=pl.DataFrame(rows["singular_values"]),
-        tokens=pl.DataFrame(rows["tokens"]),
-        trajectories=trajectories,
-        layers=pl.DataFrame(rows["layers"]),
-        factors=factors,
-        streams=streams,
-        couplings=couplings,
-    )

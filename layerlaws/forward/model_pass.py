@@ -31,7 +31,6 @@ kill loses at most the batches since the last save (``checkpoint_minutes`` of wo
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +43,7 @@ import torch
 from tqdm import tqdm
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.progress import ProgressSaves
+from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
 from layerlaws.models.architectures import encoder_layers as encoder_layer_count
 from layerlaws.models.blocks import layer_states
@@ -466,7 +465,7 @@ def run_forward_pass(
             state = {
                 "batch_size": int(batch_size),
                 "batches_done": number,
-                "batches_hash": _batches_hash(sequences, batches[:number]),
+                "batches_hash": prefix_hash(_batch_ids(sequences, batches[:number])),
                 "devices": devices,
                 "observers": [progress_of(observer) for observer in all_observers],
             }
@@ -509,10 +508,10 @@ def _checked_stacks(model: Any, facts: ModelFacts, sequences: Sequence[TokenSequ
     return encoder_layers
 
 
-def _batches_hash(sequences: Sequence[TokenSequence], batches: Sequence[list[int]]) -> str:
-    """sha256 of the sentence ids of ``batches``, batch by batch: the rows merged so far."""
-    ids = [[sequences[i].sentence_id for i in batch] for batch in batches]
-    return hashlib.sha256(repr(ids).encode()).hexdigest()
+def _batch_ids(sequences: Sequence[TokenSequence], batches: Sequence[list[int]]) -> list[list[int]]:
+    """The sentence ids of ``batches``, batch by batch: the units whose ``prefix_hash``
+    records the rows merged so far."""
+    return [[sequences[i].sentence_id for i in batch] for batch in batches]
 
 
 def _resumed(
@@ -542,13 +541,8 @@ def _resumed(
         return None
     done = state["batches_done"]
     batches = length_sorted_batches(lengths, state["batch_size"], chosen)
-    if state["batches_hash"] != _batches_hash(sequences, batches[:done]):
-        log.warning(
-            "discarding the progress save %s: the %d batches it merged are not the first "
-            "this pass runs",
-            saves.path,
-            done,
-        )
+    ids = _batch_ids(sequences, batches)
+    if not saves.prefix_matches(state["batches_hash"], ids, done, "merged batches"):
         return None
     for observer, attributes in zip(observers, state["observers"], strict=True):
         restore(observer, attributes)

@@ -17,7 +17,7 @@ from coupling_runs import measure_prompts
 from fault_injection import killed_saves, killing_environment
 from snakemake_runs import run_ok, snakemake, write_config
 
-import layerlaws.coupling.measurement as measurement
+import layerlaws.coupling.prompt_set as prompt_set
 from layerlaws.core.progress import ProgressSaves
 from layerlaws.core.shards import shard_indices
 from layerlaws.coupling.measurement import TokenCoupling
@@ -59,13 +59,13 @@ def killed_run(monkeypatch, saves, after, **kwargs):
 
 def counted_prompts(monkeypatch) -> list[list[int]]:
     """The token ids of every prompt ``measure_prompt`` measures from now on."""
-    calls, real_measure = [], measurement.measure_prompt
+    calls, real_measure = [], prompt_set.measure_prompt
 
     def measure_prompt(model, input_ids, **kwargs):
         calls.append(input_ids[0].tolist())
         return real_measure(model, input_ids, **kwargs)
 
-    monkeypatch.setattr(measurement, "measure_prompt", measure_prompt)
+    monkeypatch.setattr(prompt_set, "measure_prompt", measure_prompt)
     return calls
 
 
@@ -245,7 +245,7 @@ def test_shards_of_a_prompt_set_combine_to_the_one_job_tables(llama_folder, unin
     for shard in (1, 0):
         indices = shard_indices(len(PROMPTS), shard, 2)
         assert list(indices) == ([0, 2] if shard == 0 else [1])
-        measured |= measurement.measure_prompts(
+        measured |= prompt_set.measure_prompts(
             twins,
             PROMPTS,
             indices,
@@ -255,5 +255,5 @@ def test_shards_of_a_prompt_set_combine_to_the_one_job_tables(llama_folder, unin
             device="cpu",
         )
     labels = [[str(token) for token in prompt] for prompt in PROMPTS]
-    combined = measurement.combine(measured, ["trained", "random"], labels, coupling, SETTINGS)
+    combined = prompt_set.combine(measured, ["trained", "random"], labels, coupling, SETTINGS)
     assert_same(combined, uninterrupted)

@@ -1,6 +1,8 @@
 """The rule: the Snakefile's import graph stays torch-free. Snakemake imports every module
 the Snakefile and rules/*.smk import each time it parses the workflow (every dry run, and
-once per job on a cluster), so they must not pull in torch (seconds, and gigabytes)."""
+once per job on a cluster), so they must not pull in torch (seconds, and gigabytes). So do
+the torch-free foundations, every module of ``layerlaws.core`` (torch imported only inside
+the functions that need it)."""
 
 import re
 import subprocess
@@ -23,12 +25,25 @@ def workflow_imports():
     )
 
 
-def test_the_workflow_imports_no_torch():
-    modules = workflow_imports()
-    assert "layerlaws.pipeline.expansion" in modules
+def assert_torch_free(modules):
+    """Importing ``modules`` in a fresh interpreter loads no torch module."""
     code = "import importlib, sys\n"
     code += "".join(f"importlib.import_module({name!r})\n" for name in modules)
     code += "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
     code += "assert not loaded, loaded\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_workflow_imports_no_torch():
+    modules = workflow_imports()
+    assert "layerlaws.pipeline.expansion" in modules
+    assert_torch_free(modules)
+
+
+def test_the_core_modules_import_no_torch():
+    modules = [
+        f"layerlaws.core.{path.stem}" for path in sorted((REPO / "layerlaws" / "core").glob("*.py"))
+    ]
+    assert "layerlaws.core.progress" in modules
+    assert_torch_free(modules)
