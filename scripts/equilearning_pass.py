@@ -6,7 +6,6 @@ the pass over every N-th text into shards/{shard}.pt and ``equilearning_pass`` m
 shards (``layerlaws.forward.shards``)."""
 
 import logging
-import os
 from dataclasses import asdict
 
 import polars as pl
@@ -20,9 +19,8 @@ from layerlaws.equilearning.equilearning_pass import EquilearningPass
 from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
 from layerlaws.forward.span_corruption import seq2seq_vocabulary
-from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import load_tokenizer, placed_model
+from layerlaws.models.loading import claimed_model, load_tokenizer
 from layerlaws.pipeline.execution import Execution
 
 
@@ -64,17 +62,15 @@ def main() -> None:
         )
         count = pass_.tokens["sentence_id"].n_unique()
         torch.set_num_threads(snakemake.threads)
-        gpus = max(1, snakemake.resources.gpu)
-        with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
-            log.info(
-                "running on %s (CUDA_VISIBLE_DEVICES=%r)%s",
-                claim.describe(),
-                os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "" if shard is None else f"; shard {shard} of {params.shards}",
-            )
-            model = placed_model(
-                snakemake.input.model, params.dtype, claim.devices, params.quantization
-            )
+        with claimed_model(
+            snakemake.input.model,
+            params.dtype,
+            params.quantization,
+            execution.device,
+            execution.lock_dir,
+            max(1, snakemake.resources.gpu),
+            "" if shard is None else f"; shard {shard} of {params.shards}",
+        ) as (model, claim):
             report = pass_.run(
                 model,
                 execution.batch_size,

@@ -1,6 +1,5 @@
 """Snakemake entry point: keep every layer's hidden states (results/hidden/{model}/{dataset}/)."""
 
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -15,9 +14,8 @@ from layerlaws.forward.kept_writer import extract_hidden_states
 from layerlaws.forward.masking import probe_of, probe_tokens
 from layerlaws.forward.settings import MaskingSettings
 from layerlaws.forward.span_corruption import seq2seq_vocabulary
-from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import load_tokenizer, placed_model
+from layerlaws.models.loading import claimed_model, load_tokenizer
 from layerlaws.pipeline.execution import Execution
 
 
@@ -45,16 +43,14 @@ def main() -> None:
     # moved into place when every row is in them.
     partial = saves.path.with_suffix(".partial")
     torch.set_num_threads(snakemake.threads)
-    gpus = max(1, snakemake.resources.gpu)
-    with claim_devices(execution.device, execution.lock_dir, gpus) as claim:
-        logging.getLogger("layerlaws").info(
-            "running on %s (CUDA_VISIBLE_DEVICES=%r)",
-            claim.describe(),
-            os.environ.get("CUDA_VISIBLE_DEVICES"),
-        )
-        model = placed_model(
-            snakemake.input.model, params.dtype, claim.devices, params.quantization
-        )
+    with claimed_model(
+        snakemake.input.model,
+        params.dtype,
+        params.quantization,
+        execution.device,
+        execution.lock_dir,
+        max(1, snakemake.resources.gpu),
+    ) as (model, claim):
         extract_hidden_states(
             model,
             facts,

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from layerlaws.models.architectures import (
     embeddings_of,
     lm_head_of,
 )
+from layerlaws.models.devices import DeviceClaim, claim_devices
 from layerlaws.models.facts import ModelFacts, read_facts, weights_folder
 from layerlaws.models.placement import check_fits, device_budgets, device_map
 from layerlaws.models.preparation import randomly_initialised, skeleton_of
@@ -29,6 +32,8 @@ from layerlaws.models.quantization import (
     quantize_like,
     quantized_modules,
 )
+
+log = logging.getLogger(__name__)
 
 
 def load_tokenizer(folder: str | Path) -> Any:
@@ -120,6 +125,30 @@ def placed_model(
     ``load_model``)."""
     placement = plan_placement(folder, dtype, devices, quantization=quantization)
     return load_model(folder, dtype, placement, quantization=quantization)
+
+
+@contextlib.contextmanager
+def claimed_model(
+    folder: str | Path,
+    dtype: str,
+    quantization: str,
+    device: str,
+    lock_dir: str,
+    gpus: int,
+    context: str = "",
+) -> Iterator[tuple[Any, DeviceClaim]]:
+    """A model job's claim–place–load: claim ``gpus`` devices under ``device`` (``auto``,
+    ``cpu`` or ``cuda``; locks in ``lock_dir``, ``claim_devices``), log where the job runs
+    (with ``context``), and load the prepared model in ``folder`` onto them
+    (``placed_model``). Yields (model, claim); the devices are held until the block ends."""
+    with claim_devices(device, lock_dir, gpus) as claim:
+        log.info(
+            "running on %s (CUDA_VISIBLE_DEVICES=%r)%s",
+            claim.describe(),
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+            context,
+        )
+        yield placed_model(folder, dtype, claim.devices, quantization), claim
 
 
 def randomly_initialised_twin(model: Any, init_seed: int) -> Any:
