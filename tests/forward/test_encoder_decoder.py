@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerFast
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.evaluation import HeldOutEvaluation
+from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.kept_states import HiddenStates
 from layerlaws.forward.kept_writer import HiddenStateWriter
@@ -451,3 +452,30 @@ def test_a_t5s_embeddings_and_blocks_are_found_for_signatures_and_placement(t5):
     blocks = [name for name in plan if ".block." in name]
     assert blocks == [f"{stack}.block.{i}" for stack in ("encoder", "decoder") for i in range(2)]
     assert plan["encoder.block.0"] == "cuda:0" and plan["decoder.block.1"] == "cuda:1"
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_the_python_api_measures_a_t5_in_memory_as_the_pass_does(t5, probe):
+    """``api.equilearning_law`` on the T5 loaded in memory: its probe, and its PR table
+    equal to the pass's over the same probed table (which the lstsq test above checks)."""
+    from layerlaws import api
+
+    root, facts, _ = t5
+    model = load_model(root / "m", "float32", "cpu")
+    texts = corpus_texts()[:30]
+    law = api.equilearning_law(
+        model,
+        load_tokenizer(root / "m"),
+        texts,
+        offsets=OFFSETS,
+        max_tokens=48,
+        probe=probe,
+        settings=EquilearningSettings(masking=MASKING),
+        progress=False,
+    )
+    assert law.report["probe"] == probe
+    statistics = EquilearningStatistics(facts, OFFSETS, ["model"], ["none"], shuffle_seed=0)
+    run_forward_pass(model, facts, probed(t5, probe), [statistics], 7, "cpu", progress=False)
+    expected = statistics.table()
+    assert law.pr.height == expected.height == (facts.num_layers + 1) * len(OFFSETS)
+    np.testing.assert_allclose(law.pr["pr"].to_numpy(), expected["pr"].to_numpy(), rtol=1e-6)
