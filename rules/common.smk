@@ -21,6 +21,8 @@ from layerlaws.pipeline.planning import JobPlanner
 from layerlaws.pipeline.renamed_keys import renamed_key_errors
 from layerlaws.pipeline.targets import (
     COUPLING_FIGURES,
+    EQUILEARNING_FIGURES,
+    SERIES_FIGURES,
     SIGNATURE_FIGURES,
     SYNTHETIC_FIGURES,
     TRAJECTORY_FIGURES,

@@ -88,30 +88,15 @@ rule plot_equilearning:
         fuzziness_law=f"{LAYOUT.equilearning()}/fuzziness_law.csv",
         token_views=f"{LAYOUT.equilearning()}/token_views.csv",
     output:
-        law=report(
-            f"{LAYOUT.equilearning()}/law.{PLOT_FORMAT}",
-            caption="../report/law.rst",
-            category="Equi-learning",
-            subcategory="{model} on {dataset}",
-        ),
-        norms=report(
-            f"{LAYOUT.equilearning()}/norms.{PLOT_FORMAT}",
-            caption="../report/norms.rst",
-            category="Equi-learning",
-            subcategory="{model} on {dataset}",
-        ),
-        fuzziness=report(
-            f"{LAYOUT.equilearning()}/fuzziness.{PLOT_FORMAT}",
-            caption="../report/fuzziness.rst",
-            category="Equi-learning",
-            subcategory="{model} on {dataset}",
-        ),
-        token_views=report(
-            f"{LAYOUT.equilearning()}/token_views.{PLOT_FORMAT}",
-            caption="../report/token_views.rst",
-            category="Equi-learning",
-            subcategory="{model} on {dataset}",
-        ),
+        **{
+            name: report(
+                f"{LAYOUT.equilearning()}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/{name}.rst",
+                category="Equi-learning",
+                subcategory="{model} on {dataset}",
+            )
+            for name in EQUILEARNING_FIGURES
+        },
     log:
         LAYOUT.log("plot_equilearning", "{model}", "{dataset}"),
     params:

@@ -15,7 +15,7 @@ rule summarize_series:
         ),
         fits=report(
             f"{LAYOUT.series()}/fits.csv",
-            caption="../report/series_fits.rst",
+            caption="../report/series_fits_table.rst",
             category="Series",
             subcategory="{series}",
         ),
@@ -35,30 +35,15 @@ rule plot_series:
         summary=f"{LAYOUT.series()}/summary.csv",
         fits=f"{LAYOUT.series()}/fits.csv",
     output:
-        quantities=report(
-            f"{LAYOUT.series()}/quantities.{PLOT_FORMAT}",
-            caption="../report/series_quantities.rst",
-            category="Series",
-            subcategory="{series}",
-        ),
-        generalisation=report(
-            f"{LAYOUT.series()}/generalisation.{PLOT_FORMAT}",
-            caption="../report/series_generalisation.rst",
-            category="Series",
-            subcategory="{series}",
-        ),
-        members=report(
-            f"{LAYOUT.series()}/members.{PLOT_FORMAT}",
-            caption="../report/series_members.rst",
-            category="Series",
-            subcategory="{series}",
-        ),
-        fits=report(
-            f"{LAYOUT.series()}/fits.{PLOT_FORMAT}",
-            caption="../report/series_fits_figure.rst",
-            category="Series",
-            subcategory="{series}",
-        ),
+        **{
+            name: report(
+                f"{LAYOUT.series()}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/series_{name}.rst",
+                category="Series",
+                subcategory="{series}",
+            )
+            for name in SERIES_FIGURES
+        },
     log:
         LAYOUT.log("plot_series", "{series}"),
     params:

@@ -43,7 +43,7 @@ SYNTHETIC_FIGURES = (
     "embedding_pca",
     "ffn_unembedding_pca",
 )
-SERIES_FIGURES = ("quantities", "generalisation", "fits")
+SERIES_FIGURES = ("quantities", "generalisation", "members", "fits")
 SYNTHETIC_DATA_KEYS = (
     "anchors",
     "keys",
