@@ -66,9 +66,7 @@ def main() -> None:
             snakemake.input.model,
             params.dtype,
             params.quantization,
-            execution.device,
-            execution.lock_dir,
-            max(1, snakemake.resources.gpu),
+            execution.device_request(snakemake.resources.gpu),
             "" if shard is None else f"; shard {shard} of {params.shards}",
         ) as (model, claim):
             report = pass_.run(

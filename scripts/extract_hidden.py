@@ -47,9 +47,7 @@ def main() -> None:
         snakemake.input.model,
         params.dtype,
         params.quantization,
-        execution.device,
-        execution.lock_dir,
-        max(1, snakemake.resources.gpu),
+        execution.device_request(snakemake.resources.gpu),
     ) as (model, claim):
         extract_hidden_states(
             model,

@@ -18,7 +18,6 @@ from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
 from layerlaws.core.shards import shard_indices
 from layerlaws.coupling.job import (
-    DeviceRequest,
     job_prompts,
     measure_job,
     read_shards,
@@ -53,8 +52,7 @@ def main() -> None:
             execution.checkpoint_minutes,
         )
         torch.set_num_threads(snakemake.threads)
-        gpus = max(1, snakemake.resources.gpu)
-        devices = DeviceRequest(execution.device, execution.lock_dir, gpus)
+        devices = execution.device_request(snakemake.resources.gpu)
         count = len(prompts)
         measured = measure_job(
             model,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +27,13 @@ from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.prompt_set import Measured, PromptSetMeasurement, measure_prompts
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.architectures import require_single_stack
-from layerlaws.models.devices import claim_devices
+from layerlaws.models.devices import DeviceRequest
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import coupling_twins, load_tokenizer, plan_placement
 from layerlaws.text.corpus import prompt_texts
 from layerlaws.text.tokens import tokenize_prompts
 
 log = logging.getLogger("layerlaws")
-
-
-@dataclass(frozen=True)
-class DeviceRequest:
-    """What a job claims: ``device`` (``auto``, ``cpu`` or ``cuda``; ``execution.device``),
-    ``gpus`` of them, through the locks in ``lock_dir``."""
-
-    device: str
-    lock_dir: str
-    gpus: int
 
 
 def job_prompts(
@@ -91,7 +80,7 @@ def measure_job(
     under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
     time."""
     token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
-    with claim_devices(devices.device, devices.lock_dir, devices.gpus) as claim:
+    with devices.claim() as claim:
         log.info(
             "running on %s; prompts %s of %d, token layer pairs %s",
             claim.describe(),

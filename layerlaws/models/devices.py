@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
 
@@ -160,3 +161,17 @@ def claim_devices(
         )
     finally:
         _release([descriptor for _, descriptor in held])
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """What a job claims: ``device`` (``auto``, ``cpu`` or ``cuda``; ``execution.device``),
+    ``gpus`` of them, through the locks in ``lock_dir``."""
+
+    device: str
+    lock_dir: str
+    gpus: int
+
+    def claim(self) -> Any:
+        """``claim_devices`` of this request: a context manager yielding the DeviceClaim."""
+        return claim_devices(self.device, self.lock_dir, self.gpus)

@@ -21,7 +21,7 @@ from layerlaws.models.architectures import (
     embeddings_of,
     lm_head_of,
 )
-from layerlaws.models.devices import DeviceClaim, claim_devices
+from layerlaws.models.devices import DeviceClaim, DeviceRequest
 from layerlaws.models.facts import ModelFacts, read_facts, weights_folder
 from layerlaws.models.placement import check_fits, device_budgets, device_map
 from layerlaws.models.preparation import randomly_initialised, skeleton_of
@@ -132,16 +132,14 @@ def claimed_model(
     folder: str | Path,
     dtype: str,
     quantization: str,
-    device: str,
-    lock_dir: str,
-    gpus: int,
+    request: DeviceRequest,
     context: str = "",
 ) -> Iterator[tuple[Any, DeviceClaim]]:
-    """A model job's claim–place–load: claim ``gpus`` devices under ``device`` (``auto``,
-    ``cpu`` or ``cuda``; locks in ``lock_dir``, ``claim_devices``), log where the job runs
-    (with ``context``), and load the prepared model in ``folder`` onto them
-    (``placed_model``). Yields (model, claim); the devices are held until the block ends."""
-    with claim_devices(device, lock_dir, gpus) as claim:
+    """A model job's claim–place–load: claim the devices of ``request``
+    (``DeviceRequest.claim``), log where the job runs (with ``context``), and load the
+    prepared model in ``folder`` onto them (``placed_model``). Yields (model, claim); the
+    devices are held until the block ends."""
+    with request.claim() as claim:
         log.info(
             "running on %s (CUDA_VISIBLE_DEVICES=%r)%s",
             claim.describe(),

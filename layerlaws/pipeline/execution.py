@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from layerlaws.models.devices import DeviceRequest
+
 
 @dataclass(frozen=True)
 class Execution:
@@ -44,3 +46,8 @@ class Execution:
     def from_config(cls, config: Mapping[str, Any]) -> Execution:
         """The execution settings of a config validated against the schema."""
         return cls(**config["execution"])
+
+    def device_request(self, gpus: int) -> DeviceRequest:
+        """What a model job claims: ``gpus`` (at least 1: a CPU job's slot) devices under
+        ``device``, through the locks in ``lock_dir``."""
+        return DeviceRequest(self.device, self.lock_dir, max(1, gpus))
