@@ -26,6 +26,7 @@ import torch
 import yaml
 from snakemake.utils import validate
 
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.models.loading import load_tokenizer
 from layerlaws.text.sources import wikipedia_summaries
 from layerlaws.training.plan import TrainingSpec, batch_indices
@@ -56,7 +57,7 @@ def bare_loop(spec: TrainingSpec, config, sequences, device: str) -> float:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     config_file = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config_file, str(REPO / "schemas/config.schema.yaml"))  # fills the defaults
+    validate(config_file, str(SCHEMA_FILE))  # fills the defaults
     settings = config_file["training"]["wiki-llama"]
     spec = TrainingSpec.of(settings | {"steps": STEPS, "checkpoints": [0, STEPS // 2, STEPS]})
     tokenizer_folder = REPO / "results/models/smollm2-135m"

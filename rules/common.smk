@@ -12,30 +12,16 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.equilearning.settings import run_token_views
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner
 from layerlaws.pipeline.renamed_keys import renamed_key_errors
-from layerlaws.pipeline.targets import (
-    COUPLING_FIGURES,
-    EQUILEARNING_FIGURES,
-    SERIES_FIGURES,
-    SIGNATURE_FIGURES,
-    SYNTHETIC_FIGURES,
-    TRAJECTORY_FIGURES,
-    Targets,
-    alternatives,
-    plot_options,
-    series_norm,
-    synthetic_data_settings,
-    synthetic_training_settings,
-)
+from layerlaws.pipeline.targets import Targets, alternatives, plot_options, series_norm
 from layerlaws.synthetic.tasks import TASKS as ADDITION_TASKS
 
-SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
+SCHEMA = workflow.source_path("../layerlaws/config.schema.yaml")
 
 if renamed_key_errors(config):
     raise WorkflowError("\n".join(renamed_key_errors(config)))
@@ -92,10 +78,6 @@ def needs(job):
 
 def model_dtype(wildcards):
     return EXPANDED.models[wildcards.model]["dtype"]
-
-
-def token_views(wildcards):
-    return run_token_views(config, wildcards.dataset)
 
 
 def model_quantization(stage):
@@ -189,10 +171,6 @@ def series_summary_members(wildcards):
 
 def series_x(wildcards):
     return config["series"][wildcards.series]["x"]
-
-
-def series_exclude_from_fits(wildcards):
-    return config["series"][wildcards.series]["exclude_from_fits"]
 
 
 def rule_partitions(wildcards):

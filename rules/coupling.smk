@@ -1,25 +1,11 @@
 # Stage 6: Jacobian coupling of transformer blocks and hidden trajectories, for the
 # trained model and its randomly initialised twin.
-
+from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.workflow import COUPLING_FIGURES, TRAJECTORY_FIGURES
 
 COUPLING_PARAMS = {
     "prompts": lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
-    **{
-        key: config["coupling"][key]
-        for key in (
-            "ks",
-            "token_layers",
-            "fixed_input_token",
-            "fixed_output_token",
-            "final_norm",
-            "metrics",
-            "svd",
-            "products",
-            "svd_seed",
-            "init_seed",
-            "lss_window",
-        )
-    },
+    "settings": CouplingSettings.params(config["coupling"]),
     "dtype": model_dtype,
     "quantization": model_quantization("coupling"),
 }

@@ -1,23 +1,10 @@
 # Stage 4: the model pass that streams the equi-learning statistics (GPU when present),
 # the law fit, figures and the cross-run summary.
-
+from layerlaws.equilearning.settings import run_settings
+from layerlaws.equilearning.workflow import EQUILEARNING_FIGURES
 
 PASS_PARAMS = {
-    **{
-        key: config["equilearning"][key]
-        for key in (
-            "offsets",
-            "norms",
-            "controls",
-            "shuffle",
-            "shuffle_seed",
-            "cutoff",
-            "fuzziness",
-            "special_tokens",
-            "masking",
-        )
-    },
-    "token_views": token_views,
+    "settings": lambda wildcards: run_settings(config, wildcards.dataset),
     "probe": model_probe,
     "dtype": model_dtype,
     "quantization": model_quantization("passes"),

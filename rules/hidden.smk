@@ -1,5 +1,6 @@
 # Every layer's hidden states, kept only when hidden_states.keep asks for them (the
 # statistics of the pipeline are streamed from the equi-learning pass instead).
+from layerlaws.forward.settings import MaskingSettings
 
 
 rule extract_hidden:
@@ -19,6 +20,6 @@ rule extract_hidden:
         storage_dtype=config["hidden_states"]["dtype"],
         special_tokens=config["equilearning"]["special_tokens"],
         probe=model_probe,
-        masking=config["equilearning"]["masking"],
+        masking=MaskingSettings.params(config["equilearning"]["masking"]),
     script:
         "../scripts/extract_hidden.py"

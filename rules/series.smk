@@ -1,6 +1,8 @@
 # Stage 7: one summary per series (checkpoints, sizes, families) and its figures: each
 # quantity against x, the members side by side, generalisation against coupling, and the
 # scores' other fits.
+from layerlaws.series.settings import SeriesSettings
+from layerlaws.series.workflow import SERIES_FIGURES
 
 
 rule summarize_series:
@@ -23,9 +25,10 @@ rule summarize_series:
         LAYOUT.log("summarize_series", "{series}"),
     params:
         members=series_summary_members,
-        x=series_x,
+        settings=lambda wildcards: SeriesSettings.params(
+            config["series"][wildcards.series]
+        ),
         norm=series_norm(config),
-        exclude_from_fits=series_exclude_from_fits,
     script:
         "../scripts/summarize_series.py"
 

@@ -1,5 +1,7 @@
 # Stage 5: probability signatures counted over whole corpora in DuckDB, compared with
 # the geometry of each model's embedding matrices.
+from layerlaws.signatures.settings import SignatureSettings
+from layerlaws.signatures.workflow import SIGNATURE_FIGURES
 
 
 rule tokenize_corpus:
@@ -106,8 +108,7 @@ rule compare_signatures:
     log:
         LAYOUT.log("compare_signatures", "{model}", "{dataset}"),
     params:
-        top_tokens=config["signatures"]["top_tokens"],
-        per_token_diagonal=config["signatures"]["per_token_diagonal"],
+        settings=SignatureSettings.params(config["signatures"]),
     script:
         "../scripts/compare_signatures.py"
 

@@ -1,6 +1,11 @@
 # Stage 8: the composite addition tasks of Yao & Xu (§5): data, probability
 # signatures, linear and one-hidden-layer embedding models trained for several seeds.
-from layerlaws.pipeline.targets import synthetic_plot_settings
+from layerlaws.synthetic.settings import (
+    SyntheticDataSettings,
+    SyntheticPlotSettings,
+    SyntheticTrainingSettings,
+)
+from layerlaws.synthetic.workflow import SYNTHETIC_FIGURES
 
 
 rule synthetic_data:
@@ -15,7 +20,7 @@ rule synthetic_data:
     log:
         LAYOUT.log("synthetic_data", "{task}"),
     params:
-        settings=synthetic_data_settings(config),
+        settings=SyntheticDataSettings.params(config["synthetic"]),
     script:
         "../scripts/synthetic_data.py"
 
@@ -31,7 +36,7 @@ rule train_synthetic:
         LAYOUT.log("train_synthetic", "{task}", "{model}"),
     threads: 1
     params:
-        settings=synthetic_training_settings(config),
+        settings=SyntheticTrainingSettings.params(config["synthetic"]),
     script:
         "../scripts/train_synthetic.py"
 
@@ -72,6 +77,6 @@ rule plot_synthetic:
         pairs=TARGETS.synthetic_pairs(),
         tasks=config["synthetic"]["tasks"],
         plots=plot_options(config),
-        settings=synthetic_plot_settings(config),
+        settings=SyntheticPlotSettings.params(config["synthetic"]),
     script:
         "../scripts/plot_synthetic.py"

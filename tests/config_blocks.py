@@ -10,13 +10,15 @@ import yaml
 from snakemake.iocontainers import Params
 from snakemake.utils import validate
 
+from layerlaws.core.settings import SCHEMA_FILE
+
 ROOT = Path(__file__).parents[1]
 
 
 def validated_block(name: str) -> dict[str, Any]:
     """The config block ``name`` of config.yaml, validated and with its defaults."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    validate(config, str(ROOT / "schemas" / "config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     return config[name]
 
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.text.corpus import sample_sentences
 from layerlaws.text.tokens import tokenize_sentences
@@ -29,7 +30,7 @@ README = (ROOT / "README.md").read_text()
 
 def _validated(path: Path) -> dict:
     config = yaml.safe_load(path.read_text())
-    validate(config, str(ROOT / "schemas" / "config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     return config
 
 

@@ -1,4 +1,5 @@
-"""Figures: the one matplotlib backend (Agg, no display) and atomic saving.
+"""Figures: the one matplotlib backend (Agg, no display), atomic saving and the common
+ending of a figure (title, layout, save).
 
 ``options`` are the config's plot options: ``format`` (svg, png, pdf), ``dpi`` and
 ``width`` (inches). Every figure module imports ``plt`` from here, so the backend is set
@@ -18,7 +19,7 @@ import matplotlib.pyplot as plt
 
 from layerlaws.core.atomic import atomic_path
 
-__all__ = ["plt", "save_figure"]
+__all__ = ["finish_figure", "plt", "save_figure"]
 
 
 def save_figure(figure: Any, path: str | os.PathLike[str], options: Mapping[str, Any]) -> None:
@@ -26,3 +27,21 @@ def save_figure(figure: Any, path: str | os.PathLike[str], options: Mapping[str,
     with atomic_path(path) as temporary:
         figure.savefig(temporary, format=options["format"], dpi=options["dpi"], bbox_inches="tight")
     plt.close(figure)
+
+
+def finish_figure(
+    figure: Any,
+    heading: str | None,
+    path: str | os.PathLike[str],
+    options: Mapping[str, Any],
+    *,
+    tight: bool = True,
+) -> None:
+    """The common ending of a figure: its ``heading`` as the title (10 pt; None, none),
+    ``tight_layout`` (``tight=False`` keeps the layout: colour bars, a constrained layout),
+    then ``save_figure``."""
+    if heading is not None:
+        figure.suptitle(heading, fontsize=10)
+    if tight:
+        figure.tight_layout()
+    save_figure(figure, path, options)

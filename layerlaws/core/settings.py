@@ -1,63 +1,161 @@
-"""Typed stage settings: frozen dataclasses read once from a rule's params or a validated
-config block, each field checked by the parser in its metadata (``parsed``).
+"""Typed stage settings whose one source is the config schema (``layerlaws/config.schema.yaml``).
 
-A parser takes the value and its dotted key and returns the value in its field's type
-(sequences become tuples, numbers floats), or raises ``ValueError`` saying what it
-expected; ``read_settings`` turns that, and a missing key, into a ``LayerlawsError`` that
-names the key.
+Every setting is written once, in the schema: its type, bounds, allowed values, default and
+description. Snakemake validates the config with the schema and fills in its defaults; the
+configuration reference (``docs/configuration.md``) is generated from it; and a stage's
+settings dataclass names only the keys it reads and their Python types. ``settings_of``
+gives such a dataclass its defaults from the schema (so the Python API builds it by hand
+with the config's defaults) and refuses, at import, a field that is not a key of the
+schema's block. ``read_settings`` checks each value against its key's schema (the error
+names the dotted key) and converts it to the field's type: lists become tuples, ints
+become floats where the field is a float, sub-blocks become their dataclasses.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import inspect
+import types
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
+
+import jsonschema
+import yaml
 
 from layerlaws.core.errors import LayerlawsError
 
-Parser = Callable[[Any, str], Any]
-PARSER = "parser"
-"""The metadata key of a field's parser."""
+SCHEMA_FILE = Path(__file__).parents[1] / "config.schema.yaml"
+"""The config schema: the one source of every setting."""
 
 T = TypeVar("T")
 
 
-def parsed(parser: Parser) -> dict[str, Parser]:
-    """The metadata of a dataclass field read by ``parser``: ``field(metadata=parsed(…))``
-    (a default makes the field optional to construct by hand; ``read_settings`` still
-    requires the key)."""
-    return {PARSER: parser}
+@functools.cache
+def config_schema() -> dict[str, Any]:
+    """The config schema, parsed (read once)."""
+    return yaml.safe_load(SCHEMA_FILE.read_text())
 
 
-def as_mapping(params: Any) -> Mapping[str, Any]:
-    """A rule's params (Snakemake's ``Params``, a dict or a namespace) as a mapping."""
-    if isinstance(params, Mapping):
-        return params
-    if hasattr(params, "items"):
-        return dict(params.items())
-    return vars(params)
+def schema_at(key: str) -> dict[str, Any]:
+    """The schema of the dotted config key ``key`` (``equilearning.masking.rate``; ``*``
+    stands for any key of a map, ``series.*.x``)."""
+    schema = config_schema()
+    for part in key.split("."):
+        if part == "*":  # any key of a map (series.*.x)
+            schema = schema["additionalProperties"]
+            continue
+        properties = schema.get("properties", {})
+        if part not in properties:
+            raise LayerlawsError(f"{key} is not a key of the config schema ({SCHEMA_FILE})")
+        schema = properties[part]
+    return schema
+
+
+def allowed(key: str) -> tuple[Any, ...]:
+    """The values the schema allows at ``key``: its ``enum``, or its items' for a list."""
+    schema = schema_at(key)
+    return tuple(schema.get("items", schema)["enum"])
+
+
+def _typed(value: Any, hint: Any, key: str) -> Any:
+    """``value`` (valid under its key's schema) in the Python type ``hint``."""
+    if is_dataclass(hint):
+        return read_settings(hint, value, key)
+    if isinstance(value, list | tuple):
+        arguments = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return tuple(_typed(item, _item_hint(arguments), key) for item in value)
+    if isinstance(value, int) and not isinstance(value, bool) and _allows(hint, float):
+        return float(value)
+    if isinstance(value, float) and _allows(hint, int) and not _allows(hint, float):
+        return int(value)  # JSON Schema's integers include 2000.0
+    return value
+
+
+def _item_hint(arguments: list[Any]) -> Any:
+    """The hint of a tuple's items: ``tuple[X, ...]``'s X, or Any."""
+    return arguments[0] if len(arguments) == 1 else Any
+
+
+def _allows(hint: Any, kind: type) -> bool:
+    """Whether ``hint`` is ``kind`` or a union holding it."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return kind in typing.get_args(hint)
+    return hint is kind
+
+
+def _validator(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    """A validator of ``schema`` that resolves the config schema's ``#/$defs/…``."""
+    return jsonschema.Draft202012Validator({**schema, "$defs": config_schema()["$defs"]})
+
+
+def check_value(value: Any, key: str) -> None:
+    """Raise a ``LayerlawsError`` naming ``key`` unless ``value`` is valid under its schema."""
+    error = jsonschema.exceptions.best_match(_validator(schema_at(key)).iter_errors(value))
+    if error is not None:
+        where = key + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+        )
+        raise LayerlawsError(f"{where}: {error.message}")
 
 
 def read_settings(cls: type[T], block: Any, where: str) -> T:
-    """``cls`` built from ``block`` (a mapping of config keys), every field through its
-    parser; ``where`` is the block's dotted key (``coupling``), used in the errors."""
+    """``cls`` built from ``block`` (a mapping of config keys at the dotted key ``where``;
+    other keys are ignored, a missing one takes the schema's default), each value checked
+    against its key's schema and converted to its field's type."""
     if not isinstance(block, Mapping):
         raise LayerlawsError(f"{where} must be a mapping of settings, got {block!r}")
+    hints = typing.get_type_hints(cls)
     values = {}
     for setting in fields(cls):  # type: ignore[arg-type]
-        key = f"{where}.{setting.name}"
         if setting.name not in block:
-            raise LayerlawsError(f"{key} is missing from the settings")
-        try:
-            values[setting.name] = setting.metadata[PARSER](block[setting.name], key)
-        except (TypeError, ValueError) as error:
-            raise LayerlawsError(f"{key}: {error}") from None
-    return cls(**values)
+            continue
+        key = f"{where}.{setting.name}"
+        check_value(block[setting.name], key)
+        values[setting.name] = _typed(block[setting.name], hints[setting.name], key)
+    try:
+        return cls(**values)
+    except TypeError:
+        missing = [s.name for s in fields(cls) if s.name not in values]  # type: ignore[arg-type]
+        raise LayerlawsError(f"{where}: missing {', '.join(missing)}") from None
+
+
+def settings_of(where: str) -> Callable[[type[T]], type[T]]:
+    """A frozen, keyword-only dataclass of the settings at the dotted config key ``where``,
+    each annotated field a key of that block, its default the schema's (none where the
+    schema has none). A field that is not a key of the block fails here, at import."""
+
+    def build(cls: type[T]) -> type[T]:
+        hints = typing.get_type_hints(cls, localns={cls.__name__: cls})
+        for name in inspect.get_annotations(cls):
+            if typing.get_origin(hints[name]) is ClassVar:
+                continue
+            key = f"{where}.{name}"
+            schema = schema_at(key)
+            if "default" in schema:
+                setattr(cls, name, _default_field(schema["default"], hints[name], key))
+            elif is_dataclass(hints[name]):
+                setattr(cls, name, field(default_factory=hints[name]))
+        cls.where = where  # type: ignore[attr-defined]
+        return dataclass(frozen=True, kw_only=True)(cls)
+
+    return build
+
+
+def _default_field(default: Any, hint: Any, key: str) -> Any:
+    """The dataclass field of a schema default (a factory for a sub-block)."""
+    if is_dataclass(hint):
+        return field(default_factory=lambda: read_settings(hint, default, key))
+    return field(default=_typed(default, hint, key))
 
 
 class StageSettings:
-    """A base of the settings dataclasses: ``from_config`` reads the block at the dotted
-    key ``where``, ``from_params`` a rule's params holding that block's keys."""
+    """A base of the settings dataclasses made by ``settings_of``: ``from_config`` reads the
+    config block at ``where``, ``params`` gives a rule its ``settings`` param from that
+    block and ``from_params`` reads it back in the rule's script."""
 
     where: ClassVar[str]
     """The block's dotted key in the config (``coupling``), named in the errors."""
@@ -68,78 +166,15 @@ class StageSettings:
         return read_settings(cls, block, cls.where)
 
     @classmethod
+    def params(cls, block: Mapping[str, Any], **replaced: Any) -> dict[str, Any]:
+        """A rule's ``settings`` param: the keys of the validated config block at ``where``
+        that these settings read (so that the rule reruns when one of them changes, and
+        only then), with ``replaced`` values (a run's own ``token_views``)."""
+        names = [setting.name for setting in fields(cls)]  # type: ignore[arg-type]
+        return {name: copy.deepcopy(replaced.get(name, block[name])) for name in names}
+
+    @classmethod
     def from_params(cls, params: Any) -> Self:
-        """From the params of the stage's rule (params that are not settings, such as the
-        model's ``dtype``, are ignored)."""
-        return cls.from_config(as_mapping(params))
-
-
-def integer(value: Any, key: str) -> int:
-    """An int (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return value
-
-
-def number(value: Any, key: str) -> float:
-    """An int or a float, as a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number, got {value!r}")
-    return float(value)
-
-
-def text(value: Any, key: str) -> str:
-    """A string."""
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
-    return value
-
-
-def one_of(*allowed: str) -> Parser:
-    """One of the strings ``allowed``."""
-
-    def parse(value: Any, key: str) -> str:
-        if value not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}; got {value!r}")
-        return value
-
-    return parse
-
-
-def sequence_of(item: Parser, length: int | None = None) -> Parser:
-    """A list (or tuple) of items, each read by ``item``, as a tuple; of ``length`` items
-    when given."""
-
-    def parse(value: Any, key: str) -> tuple[Any, ...]:
-        if not isinstance(value, list | tuple):
-            raise ValueError(f"expected a list, got {value!r}")
-        if length is not None and len(value) != length:
-            raise ValueError(f"expected a list of {length} items, got {value!r}")
-        return tuple(item(entry, key) for entry in value)
-
-    return parse
-
-
-def either(*parsers: Parser) -> Parser:
-    """The value as read by the first of ``parsers`` that accepts it."""
-
-    def parse(value: Any, key: str) -> Any:
-        errors = []
-        for parser in parsers:
-            try:
-                return parser(value, key)
-            except ValueError as error:
-                errors.append(str(error))
-        raise ValueError("; or ".join(errors))
-
-    return parse
-
-
-def optional(parser: Parser) -> Parser:
-    """None, or a value read by ``parser``."""
-    return lambda value, key: None if value is None else parser(value, key)
-
-
-def nested(cls: type[T]) -> Parser:
-    """A sub-block read into ``cls`` (its errors name the sub-block's keys)."""
-    return lambda value, key: read_settings(cls, value, key)
+        """From the ``settings`` param of the stage's rule (``params``)."""
+        settings = params["settings"] if isinstance(params, Mapping) else params.settings
+        return cls.from_config(settings)

@@ -1,5 +1,6 @@
-"""What the coupling measurement of one prompt costs, from the config alone (no torch: the
-workflow plans jobs with it, and ``coupling.svd: auto`` chooses its path with it).
+"""What the coupling measurement of one prompt costs, and what a coupling job needs
+(``coupling_needs``), from the config alone (no torch: the workflow plans jobs with it,
+and ``coupling.svd: auto`` chooses its path with it).
 
 The unit is a **block-token**: one token's backward pass through one block. A Jacobian
 product (one VJP or JVP, ``layerlaws.coupling.operators``) costs
@@ -14,8 +15,13 @@ randomised SVD's settings are here so that the plan counts what the measurement 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from layerlaws.coupling.layers import layer_pairs
+from layerlaws.forward.costs import ModelSize, Needs, model_pass_needs, weights_bytes
+from layerlaws.text.corpus import prompt_count
 
 OVERSAMPLING = 10
 """Columns beyond K of the randomised SVD's sketch (Halko et al.'s p)."""
@@ -116,3 +122,59 @@ class PromptShape:
         (``coupling.svd: auto``)."""
         free = self.cost(MATRIX_FREE, token_local)
         return MATRIX_FREE if free < self.cost(FORMED, token_local) else FORMED
+
+
+def coupling_needs(
+    *,
+    size: ModelSize,
+    settings: Mapping[str, Any],
+    prompt_set: Mapping[str, Any],
+    shards: int,
+    dtype: str,
+    quantization: str,
+    on_gpu: bool,
+    gpus: int | str,
+    gpu_memory_gb: float,
+) -> Needs:
+    """Needs of a coupling job (the config's ``coupling`` block ``settings``) on
+    ``prompt_set``, or of one of its ``shards`` jobs (a share of the prompts each): two
+    copies of the model (trained and random) and the Jacobians of one prompt (of the
+    first ``jacobian_prompts``): the last token's of every layer and three per token at
+    each token layer, in block-tokens (``PromptShape``; a family of
+    ``WHOLE_SEQUENCE_MODEL_TYPES`` with whole-sequence products, T times more; one not
+    known yet, sized by its config entry alone, as token-local)."""
+    length = prompt_set["max_tokens"]
+    total = prompt_count(prompt_set)
+    count = -(-total // shards)
+    jacobian_count = -(-min(total, prompt_set["jacobian_prompts"] or total) // shards)
+    pairs = layer_pairs(settings["token_layers"], size.num_layers)
+    layers = len({layer for pair in pairs for layer in pair})
+    shape = PromptShape(
+        size.num_layers,
+        size.hidden_size,
+        length,
+        max(settings["ks"]),
+        settings["metrics"],
+        pairs,
+    )
+    token_local = (
+        settings["products"] == TOKEN_LOCAL and size.model_type not in WHOLE_SEQUENCE_MODEL_TYPES
+    )
+    svd = settings["svd"] if settings["svd"] != AUTO else shape.cheaper_svd(token_local)
+    held = size.hidden_size if svd != MATRIX_FREE else max(settings["ks"]) * 2
+    jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4
+    return model_pass_needs(
+        size=size,
+        dtype=dtype,
+        # A block-token is 1/L of a token through the model; every prompt's trajectories
+        # take a forward pass.
+        n_tokens=jacobian_count * -(-int(shape.cost(svd, token_local)) // size.num_layers)
+        + count * length,
+        batch_tokens=length,
+        on_gpu=on_gpu,
+        gpus=gpus,
+        gpu_memory_gb=gpu_memory_gb,
+        device_bytes=weights_bytes(size, dtype, quantization) + jacobians,
+        output_bytes=count * (size.num_layers + 1) * length * size.hidden_size * 8,
+        quantization=quantization,
+    )

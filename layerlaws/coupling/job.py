@@ -29,7 +29,12 @@ from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.architectures import require_single_stack
 from layerlaws.models.devices import DeviceRequest
 from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import coupling_twins, load_tokenizer, plan_placement
+from layerlaws.models.loading import (
+    coupling_twins,
+    load_tokenizer,
+    logged_claim,
+    plan_placement,
+)
 from layerlaws.text.corpus import prompt_texts
 from layerlaws.text.tokens import tokenize_prompts
 
@@ -80,14 +85,11 @@ def measure_job(
     under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
     time."""
     token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
-    with devices.claim() as claim:
-        log.info(
-            "running on %s; prompts %s of %d, token layer pairs %s",
-            claim.describe(),
-            f"{indices[0]}..{indices[-1]}" if indices else "none",
-            len(prompts),
-            token_coupling.layer_pairs,
-        )
+    measured = f"{indices[0]}..{indices[-1]}" if indices else "none"
+    context = (
+        f"; prompts {measured} of {len(prompts)}, token layer pairs {token_coupling.layer_pairs}"
+    )
+    with logged_claim(devices, context) as claim:
         placement = plan_placement(model, dtype, claim.devices, quantization=quantization)
         twins = coupling_twins(model, initial, dtype, placement, settings.init_seed, quantization)
         return measure_prompts(

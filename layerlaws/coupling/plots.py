@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from layerlaws.core.figures import plt, save_figure
+from layerlaws.core.figures import finish_figure, plt, save_figure
 from layerlaws.core.geometry import principal_plane
 
 WEIGHTS = ("trained", "random")
@@ -73,8 +73,9 @@ def plot_depth(
         axis.set_xlabel("layer of the singular vectors")
         axis.set_ylabel("layer of the Jacobian")
         figure.colorbar(image, ax=axis, shrink=0.8)
-    figure.suptitle(f"{title}: depth-wise mis-coupling, last token, K={k}", fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(
+        figure, f"{title}: depth-wise mis-coupling, last token, K={k}", path, options, tight=False
+    )
 
 
 def plot_tokens(
@@ -116,9 +117,7 @@ def plot_tokens(
             axis.set_xlabel(f"token (singular vectors, layer {layer_b})", fontsize=7)
             axis.set_ylabel(f"token (Jacobian, layer {layer_a})", fontsize=7)
     layers = f"layer {layer_a}" if layer_a == layer_b else f"layers {layer_a} and {layer_b}"
-    figure.suptitle(f"{title}: token-wise mis-coupling, {layers}, K={k}", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, f"{title}: token-wise mis-coupling, {layers}, K={k}", path, options)
 
 
 def plot_adjacency(
@@ -209,8 +208,9 @@ def plot_depth_grid(
     figure, axes = plt.subplots(2, 1, figsize=(options["width"] / 2, options["width"] * 0.9))
     _draw_grid(figure, axes, grids, np.array(blocks), "block")
     k = int(couplings["k"])
-    figure.suptitle(f"{title}: coupling across depth, last token, K={k}", fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(
+        figure, f"{title}: coupling across depth, last token, K={k}", path, options, tight=False
+    )
 
 
 def plot_token_grid(
@@ -231,8 +231,9 @@ def plot_token_grid(
     layer_a, layer_b = (int(layer) for layer in couplings["token_layers"])
     layers = f"layer {layer_a}" if layer_a == layer_b else f"layers {layer_a}, {layer_b}"
     k = int(couplings["k"])
-    figure.suptitle(f"{title}: coupling across tokens, {layers}, K={k}", fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(
+        figure, f"{title}: coupling across tokens, {layers}, K={k}", path, options, tight=False
+    )
 
 
 def pair_coupling(depth: pl.DataFrame) -> pl.DataFrame:
@@ -287,8 +288,9 @@ def plot_adjacency_graph(
         axis.axis("off")
         axis.set_title(weights, fontsize=9)
     k = _paper_metric(depth)["k"].min()
-    figure.suptitle(f"{title}: normalised coupling between layers, K={k}", fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(
+        figure, f"{title}: normalised coupling between layers, K={k}", path, options, tight=False
+    )
 
 
 def plot_shape(
@@ -323,9 +325,7 @@ def plot_shape(
             fontsize=8,
         )
         axis.legend(fontsize=7)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, title, path, options)
 
 
 def plot_pca(
@@ -356,8 +356,9 @@ def plot_pca(
         axis.set_xlabel("PC 1 of the last layer")
         axis.set_ylabel("PC 2 of the last layer")
         axis.legend(fontsize=7)
-    figure.suptitle(f"{title}: trajectories of the first prompt's tokens", fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(
+        figure, f"{title}: trajectories of the first prompt's tokens", path, options, tight=False
+    )
 
 
 def _median_band(axis: Any, table: pl.DataFrame, x: str, y: str, style: str, label: str) -> None:
@@ -401,8 +402,7 @@ def plot_singular_values(
         axis.set_xlabel("layer l")
         axis.legend(fontsize=7)
     axes[0].set_ylabel("singular value of J^l (last token)")
-    figure.suptitle(f"{title}: singular values against depth", fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(figure, f"{title}: singular values against depth", path, options, tight=False)
 
 
 def plot_layers(
@@ -435,6 +435,4 @@ def plot_layers(
         axis.set_xlabel("layer l")
         axis.set_ylabel(label, fontsize=8)
         axis.legend(fontsize=7)
-    figure.suptitle(f"{title}: trajectories against depth", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, f"{title}: trajectories against depth", path, options)

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
 
-from layerlaws.core.figures import plt, save_figure
+from layerlaws.core.figures import finish_figure, plt, save_figure
 from layerlaws.equilearning.law import NEXT_TOKEN
 
 
@@ -104,9 +104,7 @@ def plot_law(
         axis.set_xlabel("layer")
         axis.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     axes[0][0].set_ylabel("prediction residual")
-    figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, f"{title} (norm: {norm})", path, options)
 
 
 def plot_norms(
@@ -201,9 +199,7 @@ def plot_fuzziness(
     for axis in (left, right):
         axis.set_xlabel("layer")
         axis.legend(fontsize=7)
-    figure.suptitle(f"{title} (norm: {norm})", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, f"{title} (norm: {norm})", path, options)
 
 
 def plot_token_views(
@@ -238,6 +234,6 @@ def plot_token_views(
             axis.set_yticks([])
             if column == 0:
                 axis.legend(fontsize=7, markerscale=3)
-    figure.suptitle(f"{title}: token views on their first two principal components", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(
+        figure, f"{title}: token views on their first two principal components", path, options
+    )

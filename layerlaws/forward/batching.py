@@ -1,5 +1,5 @@
 """The working-memory model of the model pass, in one place (torch-free): the pass sizes
-its automatic batches with it and the job planner (``layerlaws.pipeline.resources``) sizes
+its automatic batches with it and the jobs' cost model (``layerlaws.forward.costs``) sizes
 jobs with it."""
 
 CPU_BATCH_SIZE = 16

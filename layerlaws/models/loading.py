@@ -128,17 +128,9 @@ def placed_model(
 
 
 @contextlib.contextmanager
-def claimed_model(
-    folder: str | Path,
-    dtype: str,
-    quantization: str,
-    request: DeviceRequest,
-    context: str = "",
-) -> Iterator[tuple[Any, DeviceClaim]]:
-    """A model job's claim–place–load: claim the devices of ``request``
-    (``DeviceRequest.claim``), log where the job runs (with ``context``), and load the
-    prepared model in ``folder`` onto them (``placed_model``). Yields (model, claim); the
-    devices are held until the block ends."""
+def logged_claim(request: DeviceRequest, context: str = "") -> Iterator[DeviceClaim]:
+    """A model job's device claim (``DeviceRequest.claim``), logged with where the job runs
+    and ``context``; the devices are held until the block ends."""
     with request.claim() as claim:
         log.info(
             "running on %s (CUDA_VISIBLE_DEVICES=%r)%s",
@@ -146,6 +138,21 @@ def claimed_model(
             os.environ.get("CUDA_VISIBLE_DEVICES"),
             context,
         )
+        yield claim
+
+
+@contextlib.contextmanager
+def claimed_model(
+    folder: str | Path,
+    dtype: str,
+    quantization: str,
+    request: DeviceRequest,
+    context: str = "",
+) -> Iterator[tuple[Any, DeviceClaim]]:
+    """A model job's claim–place–load: claim the devices of ``request`` (``logged_claim``,
+    with ``context``) and load the prepared model in ``folder`` onto them
+    (``placed_model``). Yields (model, claim); the devices are held until the block ends."""
+    with logged_claim(request, context) as claim:
         yield placed_model(folder, dtype, claim.devices, quantization), claim
 
 

@@ -3,7 +3,7 @@
 They are the only settings a job reads outside its params, so changing one never reruns a
 job: rules and scripts alike read them through ``Execution.from_config``. Any setting
 that changes a number belongs elsewhere (a stage's block, or the model's ``dtype``). The
-schema ``schemas/config.schema.yaml`` fills in the defaults.
+schema ``layerlaws/config.schema.yaml`` fills in the defaults.
 """
 
 from __future__ import annotations

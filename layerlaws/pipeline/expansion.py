@@ -18,19 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.pipeline.checks import (
-    check_coupling,
-    check_own_corpus,
-    check_runs,
-    check_series,
-    check_signatures,
-    check_trainings,
-)
 from layerlaws.pipeline.layout import Layout
+from layerlaws.pipeline.stages import STAGES
+from layerlaws.series.workflow import TRAINING_CORPUS
 from layerlaws.training.plan import checkpoint_folder, checkpoint_steps
-
-TRAINING_CORPUS = "training_corpus"
-"""``series.<name>.signatures``: each checkpoint's own training dataset."""
 
 STEP_REVISION = re.compile(r"^step(\d+)$")
 
@@ -269,12 +260,13 @@ class ExpandedConfig:
     @classmethod
     def from_config(cls, config: Mapping[str, Any], layout: Layout | None = None) -> ExpandedConfig:
         """Check and expand a validated ``config`` (checkpoints' weights lie where
-        ``layout`` puts a training's checkpoints). Raises LayerlawsError on a key that names
-        nothing the config defines."""
+        ``layout`` puts a training's checkpoints) by every stage's checks, before and after
+        expansion (``STAGES``). Raises LayerlawsError on a key that names nothing the
+        config defines."""
         layout = layout or Layout()
-        check_trainings(config)
-        check_own_corpus(config)
-        check_series(config)
+        for stage in STAGES:
+            for check in stage.config_checks:
+                check(config)
         models = expand_models(
             config,
             lambda training, step: str(checkpoint_folder(layout.checkpoints(training), step)),
@@ -287,32 +279,21 @@ class ExpandedConfig:
             for pairs in own_corpus.values()
             for model, corpus in pairs
         )
-        runs = [
-            {"model": m, "dataset": d}
-            for m, d in _runs(config["runs"], added.equilearning, "dataset")
-        ]
-        coupling = [
-            {"model": m, "prompts": p}
-            for m, p in _runs(config["coupling"]["runs"], added.coupling, "prompts")
-        ]
-        signatures = [
-            {"model": m, "dataset": d}
-            for m, d in _runs(config["signatures"]["runs"], added.signatures, "dataset")
-        ]
-        check_runs(config, models, runs)
-        check_signatures(config, models, signatures)
-        check_coupling(config, models, coupling)
-        return cls(
+        expanded = cls(
             config=MappingProxyType(config),
             models=MappingProxyType(
                 {key: MappingProxyType(model) for key, model in models.items()}
             ),
-            runs=tuple((run["model"], run["dataset"]) for run in runs),
-            coupling_runs=tuple((run["model"], run["prompts"]) for run in coupling),
-            signature_runs=tuple((run["model"], run["dataset"]) for run in signatures),
+            runs=_runs(config["runs"], added.equilearning, "dataset"),
+            coupling_runs=_runs(config["coupling"]["runs"], added.coupling, "prompts"),
+            signature_runs=_runs(config["signatures"]["runs"], added.signatures, "dataset"),
             own_corpus=MappingProxyType(own_corpus),
             series=MappingProxyType(series),
         )
+        for stage in STAGES:
+            for check in stage.expanded_checks:
+                check(expanded)
+        return expanded
 
     def tokenizer_owner(self, model: str) -> str:
         """The model whose tokenizer ``model`` uses (see ``tokenizer_owner``)."""

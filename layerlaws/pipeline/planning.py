@@ -1,6 +1,8 @@
-"""The needs of every model-running job of an expanded config (``layerlaws.pipeline.resources``
-applied to its runs): as Snakemake resources when a job is scheduled (its prepared model
-and tokens exist then), and as a plan for the whole config before anything runs.
+"""The needs of every model-running job of an expanded config (the stages' cost models,
+``layerlaws.equilearning.costs``, ``layerlaws.coupling.costs``, ``layerlaws.training.costs``
+over ``layerlaws.forward.costs``, applied to its runs): as Snakemake resources when a job
+is scheduled (its prepared model and tokens exist then), and as a plan for the whole
+config before anything runs.
 
 A model's size comes from its prepared facts when they exist, else from its
 ``models.<key>.size`` entry, else from its config (read without weights: a local folder,
@@ -20,34 +22,26 @@ from typing import Any
 
 import polars as pl
 
+from layerlaws.core.dtypes import DTYPE_BYTES
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.coupling.costs import (
-    AUTO,
-    MATRIX_FREE,
-    TOKEN_LOCAL,
-    WHOLE_SEQUENCE_MODEL_TYPES,
-    PromptShape,
-)
-from layerlaws.coupling.layers import layer_pairs
+from layerlaws.coupling.costs import coupling_needs
+from layerlaws.equilearning.costs import equilearning_pass_needs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
+from layerlaws.forward.costs import (
+    HOST_BASE_MB,
+    ModelSize,
+    Needs,
+    hidden_states_bytes,
+    model_pass_needs,
+)
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.models.metadata import MODEL_METADATA
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
-from layerlaws.pipeline.resources import (
-    DTYPE_BYTES,
-    HOST_BASE_MB,
-    ModelSize,
-    Needs,
-    equilearning_pass_needs,
-    hidden_states_bytes,
-    model_pass_needs,
-    training_needs,
-    weights_bytes,
-)
 from layerlaws.text.corpus import prompt_count
+from layerlaws.training.costs import training_needs
 from layerlaws.training.plan import TrainingSpec, parameter_count
 
 GUESSED_VOCABULARY = 50_000
@@ -176,51 +170,18 @@ class JobPlanner:
         )
 
     def _coupling(self, model: str, size: ModelSize, prompts: str, shards: int = 1) -> Needs:
-        """Two copies of the model (trained and random) and the Jacobians of one prompt
-        (of the first ``jacobian_prompts``): the last token's of every layer and three per
-        token at each token layer, in block-tokens (``layerlaws.coupling.costs``; a family
-        of ``WHOLE_SEQUENCE_MODEL_TYPES`` with whole-sequence products, T times more; one
-        not known yet, sized by its config entry alone, as token-local); of one of
-        ``shards`` jobs, a share of the prompts each."""
-        prompt_set = self.config["coupling"]["prompts"][prompts]
-        length = prompt_set["max_tokens"]
-        total = prompt_count(prompt_set)
-        count = -(-total // shards)
-        jacobian_count = -(-min(total, prompt_set["jacobian_prompts"] or total) // shards)
-        dtype = self._model(model)["dtype"]
-        quantization = stage_quantization(self._model(model), "coupling")
-        coupling = self.config["coupling"]
-        pairs = layer_pairs(coupling["token_layers"], size.num_layers)
-        layers = len({layer for pair in pairs for layer in pair})
-        shape = PromptShape(
-            size.num_layers,
-            size.hidden_size,
-            length,
-            max(coupling["ks"]),
-            coupling["metrics"],
-            pairs,
-        )
-        token_local = (
-            coupling["products"] == TOKEN_LOCAL
-            and size.model_type not in WHOLE_SEQUENCE_MODEL_TYPES
-        )
-        svd = coupling["svd"] if coupling["svd"] != AUTO else shape.cheaper_svd(token_local)
-        held = size.hidden_size if svd != MATRIX_FREE else max(coupling["ks"]) * 2
-        jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4
-        return model_pass_needs(
+        """Needs of a coupling job of ``model`` on ``prompts`` (``coupling_needs``), or of
+        one of its ``shards`` jobs."""
+        return coupling_needs(
             size=size,
-            dtype=dtype,
-            # A block-token is 1/L of a token through the model; every prompt's trajectories
-            # take a forward pass.
-            n_tokens=jacobian_count * -(-int(shape.cost(svd, token_local)) // size.num_layers)
-            + count * length,
-            batch_tokens=length,
+            settings=self.config["coupling"],
+            prompt_set=self.config["coupling"]["prompts"][prompts],
+            shards=shards,
+            dtype=self._model(model)["dtype"],
+            quantization=stage_quantization(self._model(model), "coupling"),
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
-            device_bytes=weights_bytes(size, dtype, quantization) + jacobians,
-            output_bytes=count * (size.num_layers + 1) * length * size.hidden_size * 8,
-            quantization=quantization,
         )
 
     # Resource functions of the rules, called with the job's wildcards and input files. Snakemake
@@ -296,18 +257,7 @@ class JobPlanner:
         owner = self.config["training"][wildcards.training]["tokenizer"]
         size = self._known_size(owner, input.tokenizer)
         vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
-        return self._training(spec, vocab_size)
-
-    def _training(self, spec: TrainingSpec, vocab_size: int) -> Needs:
-        """Needs of a training with a vocabulary of ``vocab_size``."""
-        return training_needs(
-            parameter_count(spec, vocab_size),
-            vocab_size,
-            spec.batch_size * spec.context,
-            spec.steps,
-            len(spec.checkpoints),
-            self._on_gpu(),
-        )
+        return training_needs(spec, vocab_size, self._on_gpu())
 
     # A plan of the whole config, before anything runs.
 
@@ -420,7 +370,7 @@ class JobPlanner:
                     "tokens": spec.tokens_seen(spec.steps),
                     "tokens_known": "",
                     "cache_bytes_float32": 0,
-                    **asdict(self._training(spec, size.vocab_size)),
+                    **asdict(training_needs(spec, size.vocab_size, self._on_gpu())),
                 }
             )
         return rows

@@ -1,5 +1,6 @@
-"""What the workflow builds for an expanded config, and what its jobs read: the target
-lists of ``rule all``, the rules' input lists, and the settings rules pass as params.
+"""What the workflow builds for an expanded config, and what its jobs read: the targets of
+``rule all`` (every stage's final outputs, ``layerlaws.pipeline.stages``), the rules'
+input lists, and the settings rules pass as params.
 
 Settings that change results reach jobs as rule params (so changing one reruns exactly
 the jobs that use it); the functions below that return settings give those params.
@@ -15,57 +16,10 @@ from typing import Any
 
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
+from layerlaws.pipeline.stages import STAGES
 from layerlaws.text.corpus import prompt_datasets
 from layerlaws.training.plan import TrainingSpec, previous_segment_end, segment_ends
 
-EQUILEARNING_FIGURES = ("law", "norms", "fuzziness", "token_views")
-SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
-OWN_CORPUS_FIGURES = ("rcos_by_dataset", "per_token_by_dataset", "pooled_deciles")
-"""Figures of a ``signatures.own_corpus`` group (Yao & Xu Fig. 5B, 5C, 5E)."""
-COUPLING_FIGURES = (
-    "depth",
-    "tokens",
-    "adjacency",
-    "singular_values",
-    "depth_grid",
-    "token_grid",
-    "adjacency_graph",
-)
-TRAJECTORY_FIGURES = ("shape", "pca", "layers")
-SYNTHETIC_FIGURES = (
-    "dynamics",
-    "embeddings",
-    "signatures",
-    "unembedding",
-    "distinct_signatures",
-    "signature_profiles",
-    "unembedding_pca",
-    "embedding_pca",
-    "ffn_unembedding_pca",
-)
-SERIES_FIGURES = ("quantities", "generalisation", "members", "fits")
-SYNTHETIC_DATA_KEYS = (
-    "anchors",
-    "keys",
-    "n_samples",
-    "test_fraction",
-    "data_seed",
-    "signature_inputs",
-)
-SYNTHETIC_TRAINING_KEYS = (
-    "anchors",
-    "keys",
-    "hidden_size",
-    "init_exponent",
-    "learning_rate",
-    "weight_decay",
-    "batch_size",
-    "epochs",
-    "records",
-    "seeds",
-    "snapshot_epoch",
-)
-SYNTHETIC_PLOT_KEYS = ("shown_labels",)
 PREPARATION_EXCLUDED = ("dtype", "quantization", "gpus", "size", "scores")
 """Model settings that do not change a prepared model: the forward passes' precision and
 quantisation (applied by later stages), what only plans jobs, external scores."""
@@ -78,25 +32,6 @@ def plot_options(config: Mapping[str, Any], stage: str | None = None) -> dict[st
     plots = config["plots"]
     common = {key: value for key, value in plots.items() if not isinstance(value, dict)}
     return common | copy.deepcopy(plots.get(stage, {}))
-
-
-def _synthetic_keys(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    return {key: copy.deepcopy(config["synthetic"][key]) for key in keys}
-
-
-def synthetic_data_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What an addition task's data depend on (its kind is the wildcard)."""
-    return _synthetic_keys(config, SYNTHETIC_DATA_KEYS)
-
-
-def synthetic_training_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What a trained addition model depends on besides its data."""
-    return _synthetic_keys(config, SYNTHETIC_TRAINING_KEYS)
-
-
-def synthetic_plot_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What the synthetic figures show beyond the stage's results."""
-    return _synthetic_keys(config, SYNTHETIC_PLOT_KEYS)
 
 
 def series_norm(config: Mapping[str, Any]) -> str:
@@ -120,94 +55,17 @@ class Targets:
     # What rule all asks for.
 
     def final_outputs(self) -> list[str]:
-        """Every target of the workflow."""
-        return (
-            self.equilearning_outputs()
-            + self.signature_outputs()
-            + self.coupling_outputs()
-            + self.training_outputs()
-            + self.series_outputs()
-            + self.synthetic_outputs()
-        )
-
-    def equilearning_outputs(self) -> list[str]:
-        if not self.expanded.runs:
-            return []
-        summary = self.layout.equilearning_summary()
-        outputs = [
-            f"{summary}/summary.csv",
-            f"{summary}/best_datasets.csv",
-            f"{summary}/summary.{self.plot_format}",
-        ]
-        for model, dataset in self.expanded.runs:
-            folder = self.layout.equilearning(model, dataset)
-            outputs.append(f"{folder}/law.csv")
-            outputs += [f"{folder}/{name}.{self.plot_format}" for name in EQUILEARNING_FIGURES]
-            if self.config["hidden_states"]["keep"]:
-                outputs.append(self.layout.hidden(model, dataset))
-        return outputs
-
-    def signature_outputs(self) -> list[str]:
-        outputs = []
-        for model, corpus in self.expanded.signature_runs:
-            folder = self.layout.signatures(model, corpus)
-            outputs += [f"{folder}/rcos.csv", f"{folder}/percentiles.csv"]
-            outputs += [f"{folder}/{name}.{self.plot_format}" for name in SIGNATURE_FIGURES]
-        for model in dict.fromkeys(model for model, _ in self.expanded.signature_runs):
-            folder = self.layout.corpus_comparison(model)
-            outputs += [
-                f"{folder}/rcos_by_corpus.csv",
-                f"{folder}/rcos_by_corpus.{self.plot_format}",
-                f"{folder}/per_token_by_corpus.{self.plot_format}",
-            ]
-        for name in self.expanded.own_corpus:
-            folder = self.layout.own_corpus(name)
-            outputs += [f"{folder}/rcos_by_dataset.csv", f"{folder}/pooled_deciles.csv"]
-            outputs += [f"{folder}/{figure}.{self.plot_format}" for figure in OWN_CORPUS_FIGURES]
-        return outputs
-
-    def coupling_outputs(self) -> list[str]:
-        outputs = []
-        for model, prompts in self.expanded.coupling_runs:
-            coupling = self.layout.coupling(model, prompts)
-            trajectories = self.layout.trajectories(model, prompts)
-            outputs += [f"{coupling}/{name}.{self.plot_format}" for name in COUPLING_FIGURES]
-            outputs += [f"{trajectories}/{name}.{self.plot_format}" for name in TRAJECTORY_FIGURES]
-        return outputs
-
-    def training_outputs(self) -> list[str]:
+        """Every target of the workflow: the final outputs of every stage (``STAGES``)."""
         return [
             path
-            for training in self.config["training"]
-            for path in (
-                f"{self.layout.training(training)}/curve.{self.plot_format}",
-                self.layout.checkpoint_manifest(training),
-            )
-        ]
-
-    def series_outputs(self) -> list[str]:
-        names = ("summary.csv", "fits.csv", *(f"{n}.{self.plot_format}" for n in SERIES_FIGURES))
-        return [
-            f"{self.layout.series(series)}/{name}"
-            for series in self.config["series"]
-            for name in names
+            for stage in STAGES
+            for path in stage.outputs(self.layout, self.expanded, self.plot_format)
         ]
 
     def synthetic_pairs(self) -> list[tuple[str, str]]:
         """Every (task, model) of the synthetic stage, in config order."""
         synthetic = self.config["synthetic"]
         return [(task, model) for task in synthetic["tasks"] for model in synthetic["models"]]
-
-    def synthetic_outputs(self) -> list[str]:
-        tasks = self.config["synthetic"]["tasks"]
-        if not tasks:
-            return []
-        folder = self.layout.synthetic()
-        return [
-            f"{folder}/summary.csv",
-            *[f"{self.layout.synthetic_task(task)}/signatures.csv" for task in tasks],
-            *[f"{folder}/{name}.{self.plot_format}" for name in SYNTHETIC_FIGURES],
-        ]
 
     # Inputs of the rules.
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from layerlaws.core.figures import plt, save_figure
+from layerlaws.core.figures import finish_figure, plt
 from layerlaws.series.summary import (
     GENERALISATION_METRIC,
     HYPERPARAMETERS,
@@ -168,8 +168,7 @@ def plot_quantities(
             axis.legend(fontsize=6)
     for axis in list(axes.flat)[len(columns) :]:
         axis.set_visible(False)
-    figure.suptitle(title, fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(figure, title, path, options, tight=False)
 
 
 def _predictor_label(fit: Mapping[str, Any]) -> str:
@@ -249,8 +248,7 @@ def _finish(
         axes[0, 0].set_axis_off()
     for axis in list(axes.flat)[count:]:
         axis.set_visible(count == 0 and axis is axes[0, 0])
-    figure.suptitle(title, fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(figure, title, path, options, tight=False)
 
 
 def plot_generalisation(

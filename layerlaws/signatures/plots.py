@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from layerlaws.core.figures import plt, save_figure
+from layerlaws.core.figures import finish_figure, plt, save_figure
 
 HEATMAPS = (
     ("W_E", "cos(W_E)"),
@@ -46,8 +46,7 @@ def _heatmap_grid(
             axis.set_xticks([])
             axis.set_yticks([])
         figure.colorbar(image, ax=axis, shrink=0.7)
-    figure.suptitle(title, fontsize=10)
-    save_figure(figure, path, options)
+    finish_figure(figure, title, path, options, tight=False)
 
 
 def plot_heatmaps(
@@ -139,9 +138,7 @@ def plot_per_token(
         axis.set_title(f"{matrix} vs φ_{signature}", fontsize=9)
         axis.set_xlabel("mean embedding similarity")
     axes[0][0].set_ylabel("row correlation")
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, title, path, options)
 
 
 def plot_rcos_by_corpus(
@@ -170,9 +167,7 @@ def plot_rcos_by_corpus(
         axis.axhline(0, color="0.6", linewidth=0.8, linestyle=":")
         axis.legend(fontsize=7)
     axes[1].set_xticks(range(len(corpora)), corpora, rotation=30, ha="right", fontsize=8)
-    figure.suptitle(f"{title}: R_cos on each corpus", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, f"{title}: R_cos on each corpus", path, options)
 
 
 def plot_per_token_by_corpus(

@@ -3,22 +3,13 @@ read once from the comparing rule's params."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from layerlaws.core.settings import StageSettings, integer, one_of, parsed
+from layerlaws.core.settings import StageSettings, settings_of
 
 
-@dataclass(frozen=True)
+@settings_of("signatures")
 class SignatureSettings(StageSettings):
     """How the signatures of a corpus are compared with a model's embeddings; the config
     block's ``runs``, ``pools`` and ``token_budget`` are the plan's and the counting's."""
 
-    where = "signatures"
-
-    top_tokens: int = field(metadata=parsed(integer))
-    """C (≥ 3): the most frequent tokens compared (Yao & Xu's 10,000)."""
-    per_token_diagonal: str = field(
-        default="include", metadata=parsed(one_of("include", "exclude"))
-    )
-    """Per-token view: a token's whole similarity rows, itself included (Yao & Xu's), or
-    without the diagonal."""
+    top_tokens: int
+    per_token_diagonal: str

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.figures import plt, save_figure
+from layerlaws.core.figures import finish_figure, plt
 from layerlaws.core.geometry import cosine_matrix, principal_plane
 from layerlaws.synthetic.settings import ShownLabels
 
@@ -92,8 +92,7 @@ def plot_dynamics(
         for axis in (top, bottom):
             _epoch_axis(axis)
             axis.legend(fontsize=7)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, None, path, options)
 
 
 def _heatmap(axis: Any, matrix: np.ndarray, title: str, own_range: bool = False) -> None:
@@ -134,9 +133,7 @@ def plot_embedding_heatmaps(
             )
         for column in range(len(shown), columns):
             axes[row][column].axis("off")
-    figure.suptitle("cos(W_E) of the anchors during training (first seed)", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, "cos(W_E) of the anchors during training (first seed)", path, options)
 
 
 def plot_signatures(
@@ -171,8 +168,7 @@ def plot_signatures(
             _pca_panel(axes[row][column], points, anchors, title)
         for column in range(3 + len(panels), 5):
             axes[row][column].axis("off")
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, None, path, options)
 
 
 def plot_unembedding(
@@ -208,8 +204,7 @@ def plot_unembedding(
             f"{TASK_LABELS[task]}: cos(φ^X_ν)",
             own_range=True,
         )
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, None, path, options)
 
 
 def snapshot(weights_of: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, int]:
@@ -256,8 +251,7 @@ def _pca_grid(
         for column in range(len(entries), columns):
             axes[row][column].axis("off")
     figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, None, path, options)
 
 
 def _weights_at_snapshot(
@@ -419,8 +413,7 @@ def plot_distinct_signatures(
     figure.suptitle(
         f"The signature that differs across anchors ({INPUT_LABELS[inputs]})", fontsize=9
     )
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, None, path, options)
 
 
 def plot_signature_profiles(
@@ -459,5 +452,4 @@ def plot_signature_profiles(
     figure.suptitle(
         f"Probability signatures under distinct α and ν ({INPUT_LABELS[inputs]})", fontsize=9
     )
-    figure.tight_layout()
-    save_figure(figure, path, options)
+    finish_figure(figure, None, path, options)

@@ -1,7 +1,5 @@
 """core.dtypes: its table agrees with torch and NumPy, and with the config schema."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -9,8 +7,9 @@ import yaml
 
 from layerlaws.core.dtypes import DTYPE_BYTES, DTYPES, NUMPY_DTYPES, torch_dtype
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import SCHEMA_FILE
 
-SCHEMA = Path(__file__).parents[2] / "schemas" / "config.schema.yaml"
+SCHEMA = SCHEMA_FILE
 
 
 @pytest.mark.parametrize("name", DTYPES)

@@ -81,7 +81,7 @@ def test_saves_are_spaced_by_the_minutes_and_removed_when_done(tmp_path):
 def pass_observers(facts, tokens):
     """The statistics, fuzziness and evaluation observers of an equi-learning pass."""
     statistics = EquilearningStatistics(facts, [1, 2], ["model", "none"], ["token_id"], 0)
-    classes = counted_classes(tokens, FuzzinessSettings("all", 2, 100))
+    classes = counted_classes(tokens, FuzzinessSettings(classes="all", min_rows=2, max_classes=100))
     fuzziness = SeparationFuzziness(facts, ["model", "none"], classes)
     return statistics, fuzziness, HeldOutEvaluation()
 

@@ -12,6 +12,7 @@ from safetensors import safe_open
 from tiny_models import save_tiny_model
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import embedding_matrices, load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
@@ -164,7 +165,7 @@ def test_the_trainable_families_are_rows_of_the_table_and_what_the_config_accept
     from layerlaws.models.architectures import ARCHITECTURES
     from layerlaws.training.plan import TRAINABLE_FAMILIES
 
-    schema = yaml.safe_load((Path(__file__).parents[2] / "schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
     training = schema["properties"]["training"]["additionalProperties"]["properties"]
     assert tuple(training["architecture"]["enum"]) == TRAINABLE_FAMILIES
     assert set(TRAINABLE_FAMILIES) <= set(ARCHITECTURES)

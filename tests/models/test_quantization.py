@@ -17,6 +17,7 @@ from whole_model_jacobians import (
 )
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.forward.costs import ModelSize, weights_bytes
 from layerlaws.models.loading import load_model, randomly_initialised_twin
 from layerlaws.models.placement import tensor_bytes
 from layerlaws.models.preparation import skeleton_of
@@ -26,7 +27,6 @@ from layerlaws.models.quantization import (
     quantized_modules,
     stage_quantization,
 )
-from layerlaws.pipeline.resources import ModelSize, weights_bytes
 
 PROMPT = [1, 5, 9, 14, 3]
 SIZES = {

@@ -9,6 +9,7 @@ import yaml
 from snakemake.utils import validate
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.pipeline.expansion import ExpandedConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def validated():
     """config.yaml with the schema's defaults, as the workflow validates it."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     return config
 
 

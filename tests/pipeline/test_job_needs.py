@@ -8,21 +8,20 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
-from layerlaws.equilearning.settings import FuzzinessSettings
-from layerlaws.equilearning.statistics import EquilearningStatistics
-from layerlaws.forward.model_pass import run_forward_pass
-from layerlaws.models.loading import load_model, load_tokenizer
-from layerlaws.models.preparation import prepare_model
-from layerlaws.pipeline.planning import config_size, repeated_tokens
-from layerlaws.pipeline.resources import (
-    HOST_BASE_MB,
-    ModelSize,
+from layerlaws.equilearning.costs import (
     class_sums_bytes,
     equilearning_pass_needs,
     fuzziness_bytes,
     statistics_bytes,
 )
+from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
+from layerlaws.equilearning.settings import FuzzinessSettings
+from layerlaws.equilearning.statistics import EquilearningStatistics
+from layerlaws.forward.costs import HOST_BASE_MB, ModelSize
+from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.models.loading import load_model, load_tokenizer
+from layerlaws.models.preparation import prepare_model
+from layerlaws.pipeline.planning import config_size, repeated_tokens
 from layerlaws.text.tokens import tokenize_sentences
 
 OFFSETS, NORMS, CONTROLS = (

@@ -15,18 +15,19 @@ import yaml
 from snakemake.utils import validate
 from snakemake_runs import snakemake, write_config
 
+from layerlaws.core.settings import SCHEMA_FILE
+from layerlaws.forward.costs import ModelSize
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner, runtime_overruns
-from layerlaws.pipeline.resources import ModelSize
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def validated(name):
     config = yaml.safe_load((REPO / name).read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     return config
 
 
@@ -171,7 +172,7 @@ def test_the_estimate_names_every_job_longer_than_its_partition_allows(tmp_path)
     assert unset[-1].endswith("run `snakemake estimate` with the SLURM profile)")
     assert len(unset) == 1
     defaults = config | {"execution": {}}
-    validate(defaults, str(REPO / "schemas/config.schema.yaml"))
+    validate(defaults, str(SCHEMA_FILE))
     unchecked = JobPlanner.from_config(defaults, Layout(str(tmp_path)))
     assert runtime_overruns(rows, partitions, unchecked.execution) == []
 

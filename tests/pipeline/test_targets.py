@@ -5,6 +5,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.targets import Targets
@@ -16,7 +17,7 @@ def targets(root="results", own_corpus_counts=None):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     if own_corpus_counts is not None:
         config["signatures"]["own_corpus_counts"] = own_corpus_counts
-    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     return Targets(ExpandedConfig.from_config(config, Layout(root)), Layout(root), "svg")
 
 

@@ -21,6 +21,7 @@ from snakemake.utils import validate
 from snakemake_runs import run_ok, write_config
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.pipeline.expansion import ExpandedConfig
 from tests.signatures.test_signatures import DECILE_COLUMNS
 
@@ -228,7 +229,7 @@ def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run, toke
 @pytest.fixture
 def validated(own_config):
     config = copy.deepcopy(own_config)
-    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     return config
 
 
@@ -259,5 +260,5 @@ def test_the_own_corpus_group_adds_the_final_checkpoints_signature_runs(validate
     )
     assert set(expanded.own_corpus["halves"]) <= set(expanded.signature_runs)
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))
+    validate(config, str(SCHEMA_FILE))
     assert ExpandedConfig.from_config(config).own_corpus == {}

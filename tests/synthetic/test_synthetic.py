@@ -17,7 +17,6 @@ from snakemake_runs import run_ok, write_config
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.geometry import cosine_matrix, off_diagonal
-from layerlaws.pipeline.targets import SYNTHETIC_FIGURES
 from layerlaws.synthetic.models import accuracy, initial_embeddings, train_addition
 from layerlaws.synthetic.plots import anchor_rows, plot_dynamics, plot_weight_pca
 from layerlaws.synthetic.settings import SyntheticTrainingSettings
@@ -30,6 +29,7 @@ from layerlaws.synthetic.tasks import (
     r_order,
     signatures,
 )
+from layerlaws.synthetic.workflow import SYNTHETIC_FIGURES
 
 ANCHORS, KEYS = [11, 20], [101, 140]
 

@@ -10,9 +10,9 @@ import pytest
 from conftest import TINY_TRAINING
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.pipeline.checks import check_trainings
 from layerlaws.training.epochs import corpus_line
 from layerlaws.training.plan import TrainingSpec, batch_indices, epoch_corpus
+from layerlaws.training.workflow import check_trainings
 
 SEQUENCES = np.arange(100 * 16).reshape(100, 16)
 """100 packed sequences of 16 tokens, each row distinct."""

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_TRAINING, llama_tokenizer
+from conftest import TINY_TRAINING, llama_tokenizer
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.training.plan import INITIALISATIONS, TrainingSpec, parameter_count
 from layerlaws.training.train import (
     CHECKPOINT_FILE,
@@ -122,7 +123,7 @@ def test_normal_fan_in_draws_each_matrix_with_variance_one_over_its_input(
 
 
 def test_schema_lists_the_initialisations() -> None:
-    schema = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
     training = schema["properties"]["training"]["additionalProperties"]["properties"]
     assert tuple(training["init"]["enum"]) == INITIALISATIONS
 

@@ -21,8 +21,9 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 from snakemake_runs import REPO, dry_run, run_ok, scheduled_jobs, snakemake, write_config
 
+from layerlaws.core.settings import SCHEMA_FILE
+from layerlaws.coupling.workflow import COUPLING_FIGURES, TRAJECTORY_FIGURES
 from layerlaws.pipeline.planning import JobPlanner
-from layerlaws.pipeline.targets import COUPLING_FIGURES, TRAJECTORY_FIGURES
 
 pytestmark = pytest.mark.slow
 
@@ -264,7 +265,7 @@ def test_nothing_reruns_after_a_full_run(finished):
 
 
 def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
-    schema = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
     changed = {
         "device": "cpu",
         "batch_size": 3,
@@ -349,7 +350,7 @@ def test_model_jobs_ask_for_what_their_model_and_tokens_need(finished, base_conf
         model=results / "models" / model, tokens=results / "tokens" / model / "mini.parquet"
     )
     validated = yaml.safe_load((workdir / "config.yaml").read_text())
-    validate(validated, str(REPO / "schemas/config.schema.yaml"))
+    validate(validated, str(SCHEMA_FILE))
     wildcards = SimpleNamespace(model=model, dataset="mini")
     needs = JobPlanner.from_config(validated).equilearning_pass(wildcards, inputs)
     for name in ("gpu", "mem_mb", "disk_mb", "runtime"):

@@ -1,16 +1,19 @@
-"""What a model-running job needs, from the model's size, its dtype and the run's tokens
-alone (no weights): GPUs and their memory, host memory, disk for its outputs, runtime.
+"""What a job that runs a model needs, from the model's size, its dtype and the tokens it
+runs over alone (no weights, no torch): GPUs and their memory, host memory, disk for its
+outputs, runtime.
 
-Rules declare these as their resources, so ``--resources gpu=N`` and SLURM count them
-(a profile can still override them), and ``snakemake estimate`` (``rules/models.smk``,
-``scripts/estimate.py``) prints them for a config before anything runs. The numbers are
-deliberately generous estimates; the memory of the equi-learning statistics is exact.
+The stages' cost models (``layerlaws.equilearning.costs``, ``layerlaws.coupling.costs``,
+``layerlaws.training.costs``) build on it; the workflow's planner
+(``layerlaws.pipeline.planning``) declares their needs as the rules' resources, so
+``--resources gpu=N`` and SLURM count them (a profile can still override them), and
+``snakemake estimate`` prints them for a config before anything runs. The numbers are
+deliberately generous estimates.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,18 +70,6 @@ class Needs:
     """Disk for the job's outputs, MiB."""
     runtime: int
     """Minutes."""
-
-
-def statistics_bytes(
-    size: ModelSize, offsets: Sequence[int], norms: Sequence[str], controls: Sequence[str]
-) -> int:
-    """Memory of the equi-learning statistics: a co-moment of width hidden_size + targets
-    per layer and norm (the last layer once), and one more per offset with rows lacking
-    it (every offset but 0)."""
-    width = size.hidden_size + len(offsets) * len(controls)
-    per_layer_norm = 1 + sum(1 for offset in offsets if offset != 0)
-    matrices = (size.num_layers * len(norms) + 1) * per_layer_norm
-    return matrices * (width * width + width) * 8
 
 
 def weights_bytes(size: ModelSize, dtype: str, quantization: str = "none") -> int:
@@ -154,90 +145,6 @@ def model_pass_needs(
     )
 
 
-def equilearning_pass_needs(
-    *,
-    size: ModelSize,
-    dtype: str,
-    n_tokens: int,
-    batch_tokens: int,
-    offsets: Sequence[int],
-    norms: Sequence[str],
-    controls: Sequence[str],
-    on_gpu: bool,
-    gpus: int | str,
-    gpu_memory_gb: float,
-    fuzziness_open_classes: int = 0,
-    statistics_written: bool = False,
-    quantization: str = "none",
-) -> Needs:
-    """Needs of the equi-learning pass: the model, its statistics on the device (the
-    co-moments of the separation fuzziness included), the separation fuzziness's folded
-    matrices and the sums of at most ``fuzziness_open_classes`` open classes (those of
-    two rows or more) in host memory, a PR table as output (a shard: every statistic,
-    with ``statistics_written``)."""
-    width = size.hidden_size + len(offsets) * len(controls)
-    statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
-    rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
-    device_bytes = statistics_bytes(size, offsets, norms, controls) + fuzziness_bytes(size, norms)
-    host_bytes = class_sums_bytes(size, norms, fuzziness_open_classes)
-    return model_pass_needs(
-        size=size,
-        dtype=dtype,
-        n_tokens=n_tokens,
-        batch_tokens=batch_tokens,
-        on_gpu=on_gpu,
-        gpus=gpus,
-        gpu_memory_gb=gpu_memory_gb,
-        device_bytes=device_bytes,
-        host_bytes=host_bytes,
-        flops_per_token=statistics_flops,
-        output_bytes=device_bytes + host_bytes if statistics_written else rows * 64,
-        quantization=quantization,
-    )
-
-
-def fuzziness_bytes(size: ModelSize, norms: Sequence[str]) -> int:
-    """Device memory of the separation-fuzziness statistics: per layer and norm (the last
-    layer once) a float64 co-moment of the hidden size."""
-    width = size.hidden_size
-    return (size.num_layers * len(norms) + 1) * (width * width + width) * 8
-
-
-def class_sums_bytes(size: ModelSize, norms: Sequence[str], open_classes: int) -> int:
-    """Host memory of the separation fuzziness's CPU statistics (float64), per layer and
-    norm (the last layer once): the sums of at most ``open_classes`` open classes (the
-    classes of two rows or more; a class is folded and freed once its rows are seen) and
-    the folded matrix Σ_c t_c t_cᵀ / n_c and reference, hidden size² + hidden size. The
-    per-layer bookkeeping (16 bytes per class) is left out."""
-    width = size.hidden_size
-    per_layer_norm = open_classes * width + width * width + width
-    return (size.num_layers * len(norms) + 1) * per_layer_norm * 8
-
-
 def hidden_states_bytes(size: ModelSize, n_tokens: int, storage_bytes: int) -> int:
     """Disk of every layer's states of ``n_tokens`` tokens."""
     return n_tokens * (size.num_layers + 1) * size.hidden_size * storage_bytes
-
-
-def training_needs(
-    parameters: int,
-    vocab_size: int,
-    batch_tokens: int,
-    steps: int,
-    checkpoints: int,
-    on_gpu: bool,
-) -> Needs:
-    """Needs of training a model of ``parameters`` from scratch in float32 with AdamW
-    (weights, gradients, two moments), ``steps`` batches of ``batch_tokens`` tokens whose
-    logits (``vocab_size`` each) dominate the activations, saving ``checkpoints``
-    checkpoints (and one optimizer state)."""
-    device_bytes = 16 * parameters + 3 * batch_tokens * vocab_size * 4
-    seconds = 6 * parameters * batch_tokens * steps / FLOPS_PER_SECOND["gpu" if on_gpu else "cpu"]
-    host = HOST_BASE_MB * MIB + (4 * parameters if on_gpu else device_bytes)
-    return Needs(
-        gpu=1 if on_gpu else 0,
-        gpu_mb=math.ceil(device_bytes / MIB) if on_gpu else 0,
-        mem_mb=math.ceil(host / MIB),
-        disk_mb=max(1, math.ceil((checkpoints + 2) * 4 * parameters / MIB)),
-        runtime=max(10, math.ceil(2 * seconds / 60) + 5),
-    )

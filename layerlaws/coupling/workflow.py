@@ -1,0 +1,52 @@
+"""The coupling stage in the workflow (torch-free): its figures, its final outputs and the
+checks of its prompt sets and runs. ``layout`` and ``expanded`` are the workflow's
+``Layout`` and ``ExpandedConfig`` (``layerlaws.pipeline``); the stage's job needs are
+``layerlaws.coupling.costs``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerlaws.core.errors import LayerlawsError, require_key
+from layerlaws.text.corpus import prompt_datasets
+
+COUPLING_FIGURES = (
+    "depth",
+    "tokens",
+    "adjacency",
+    "singular_values",
+    "depth_grid",
+    "token_grid",
+    "adjacency_graph",
+)
+"""The coupling figures of one model on one prompt set (``plot_coupling``)."""
+TRAJECTORY_FIGURES = ("shape", "pca", "layers")
+"""The trajectory figures of one model on one prompt set (``plot_coupling``)."""
+
+
+def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
+    """Per coupling run its coupling and trajectory figures."""
+    paths = []
+    for model, prompts in expanded.coupling_runs:
+        coupling = layout.coupling(model, prompts)
+        trajectories = layout.trajectories(model, prompts)
+        paths += [f"{coupling}/{name}.{plot_format}" for name in COUPLING_FIGURES]
+        paths += [f"{trajectories}/{name}.{plot_format}" for name in TRAJECTORY_FIGURES]
+    return paths
+
+
+def check_coupling(expanded: Any) -> None:
+    """Prompt sets name datasets; coupling runs name a model (after expansion) and a
+    prompt set."""
+    datasets = expanded.config["datasets"]
+    prompt_sets = expanded.config["coupling"]["prompts"]
+    for name, prompts in prompt_sets.items():
+        for dataset in prompt_datasets(prompts):
+            if dataset not in datasets:
+                raise LayerlawsError(
+                    f"config coupling.prompts.{name}.dataset names {dataset!r}, which is "
+                    f"not a key of datasets; known datasets: {sorted(datasets)}"
+                )
+    for index, (model, prompts) in enumerate(expanded.coupling_runs):
+        require_key(f"coupling.runs[{index}].model", model, "models", expanded.models)
+        require_key(f"coupling.runs[{index}].prompts", prompts, "coupling.prompts", prompt_sets)

@@ -1,0 +1,81 @@
+"""What the equi-learning pass needs (torch-free): the memory of its statistics, exact, and
+the needs of the whole job (``layerlaws.forward.costs``), from the model's size and the
+stage's settings alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from layerlaws.forward.costs import ModelSize, Needs, model_pass_needs
+
+
+def statistics_bytes(
+    size: ModelSize, offsets: Sequence[int], norms: Sequence[str], controls: Sequence[str]
+) -> int:
+    """Memory of the equi-learning statistics: a co-moment of width hidden_size + targets
+    per layer and norm (the last layer once), and one more per offset with rows lacking
+    it (every offset but 0)."""
+    width = size.hidden_size + len(offsets) * len(controls)
+    per_layer_norm = 1 + sum(1 for offset in offsets if offset != 0)
+    matrices = (size.num_layers * len(norms) + 1) * per_layer_norm
+    return matrices * (width * width + width) * 8
+
+
+def equilearning_pass_needs(
+    *,
+    size: ModelSize,
+    dtype: str,
+    n_tokens: int,
+    batch_tokens: int,
+    offsets: Sequence[int],
+    norms: Sequence[str],
+    controls: Sequence[str],
+    on_gpu: bool,
+    gpus: int | str,
+    gpu_memory_gb: float,
+    fuzziness_open_classes: int = 0,
+    statistics_written: bool = False,
+    quantization: str = "none",
+) -> Needs:
+    """Needs of the equi-learning pass: the model, its statistics on the device (the
+    co-moments of the separation fuzziness included), the separation fuzziness's folded
+    matrices and the sums of at most ``fuzziness_open_classes`` open classes (those of
+    two rows or more) in host memory, a PR table as output (a shard: every statistic,
+    with ``statistics_written``)."""
+    width = size.hidden_size + len(offsets) * len(controls)
+    statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
+    rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
+    device_bytes = statistics_bytes(size, offsets, norms, controls) + fuzziness_bytes(size, norms)
+    host_bytes = class_sums_bytes(size, norms, fuzziness_open_classes)
+    return model_pass_needs(
+        size=size,
+        dtype=dtype,
+        n_tokens=n_tokens,
+        batch_tokens=batch_tokens,
+        on_gpu=on_gpu,
+        gpus=gpus,
+        gpu_memory_gb=gpu_memory_gb,
+        device_bytes=device_bytes,
+        host_bytes=host_bytes,
+        flops_per_token=statistics_flops,
+        output_bytes=device_bytes + host_bytes if statistics_written else rows * 64,
+        quantization=quantization,
+    )
+
+
+def fuzziness_bytes(size: ModelSize, norms: Sequence[str]) -> int:
+    """Device memory of the separation-fuzziness statistics: per layer and norm (the last
+    layer once) a float64 co-moment of the hidden size."""
+    width = size.hidden_size
+    return (size.num_layers * len(norms) + 1) * (width * width + width) * 8
+
+
+def class_sums_bytes(size: ModelSize, norms: Sequence[str], open_classes: int) -> int:
+    """Host memory of the separation fuzziness's CPU statistics (float64), per layer and
+    norm (the last layer once): the sums of at most ``open_classes`` open classes (the
+    classes of two rows or more; a class is folded and freed once its rows are seen) and
+    the folded matrix Σ_c t_c t_cᵀ / n_c and reference, hidden size² + hidden size. The
+    per-layer bookkeeping (16 bytes per class) is left out."""
+    width = size.hidden_size
+    per_layer_norm = open_classes * width + width * width + width
+    return (size.num_layers * len(norms) + 1) * per_layer_norm * 8

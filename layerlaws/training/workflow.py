@@ -1,0 +1,41 @@
+"""The training stage in the workflow (torch-free): its final outputs and the checks of its
+config block. ``layout`` and ``expanded`` are the workflow's ``Layout`` and
+``ExpandedConfig`` (``layerlaws.pipeline``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from layerlaws.core.errors import LayerlawsError, require_key
+
+
+def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
+    """Each training's loss-curve figure and checkpoint table."""
+    return [
+        path
+        for training in expanded.config["training"]
+        for path in (
+            f"{layout.training(training)}/curve.{plot_format}",
+            layout.checkpoint_manifest(training),
+        )
+    ]
+
+
+def check_trainings(config: Mapping[str, Any]) -> None:
+    """Each training names a model (its tokenizer) and datasets, and has whole epochs."""
+    for key, training in config["training"].items():
+        for field, table in (
+            ("tokenizer", "models"),
+            ("dataset", "datasets"),
+            ("held_out", "datasets"),
+        ):
+            if training[field] is not None:
+                require_key(f"training.{key}.{field}", training[field], table, config[table])
+        epochs = training.get("epochs")
+        if epochs is not None and training["steps"] % epochs:
+            raise LayerlawsError(
+                f"config training.{key}.epochs is {epochs}, and steps ({training['steps']}) is "
+                f"not a multiple of it: each epoch must be whole steps; make steps a multiple "
+                f"of epochs"
+            )
