@@ -1,7 +1,7 @@
 # Stage 5: probability signatures counted over whole corpora in DuckDB, compared with
 # the geometry of each model's embedding matrices.
 from layerlaws.signatures.settings import SignatureSettings
-from layerlaws.signatures.workflow import SIGNATURE_FIGURES
+from layerlaws.signatures.workflow import OWN_CORPUS_FIGURES, SIGNATURE_FIGURES
 
 
 rule tokenize_corpus:
@@ -185,6 +185,15 @@ rule compare_own_corpora:
             wildcards.own_corpus, "percentile_bins.csv"
         ),
     output:
+        **{
+            f"{name}_figure": report(
+                f"{LAYOUT.own_corpus()}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/signatures_{name}.rst",
+                category="Probability signatures",
+                subcategory="{own_corpus}: each model on its own corpus",
+            )
+            for name in OWN_CORPUS_FIGURES
+        },
         rcos=report(
             f"{LAYOUT.own_corpus()}/rcos_by_dataset.csv",
             caption="../report/signatures_rcos_by_dataset_table.rst",
@@ -192,24 +201,6 @@ rule compare_own_corpora:
             subcategory="{own_corpus}: each model on its own corpus",
         ),
         deciles=f"{LAYOUT.own_corpus()}/pooled_deciles.csv",
-        rcos_figure=report(
-            f"{LAYOUT.own_corpus()}/rcos_by_dataset.{PLOT_FORMAT}",
-            caption="../report/signatures_rcos_by_dataset.rst",
-            category="Probability signatures",
-            subcategory="{own_corpus}: each model on its own corpus",
-        ),
-        per_token_figure=report(
-            f"{LAYOUT.own_corpus()}/per_token_by_dataset.{PLOT_FORMAT}",
-            caption="../report/signatures_per_token_by_dataset.rst",
-            category="Probability signatures",
-            subcategory="{own_corpus}: each model on its own corpus",
-        ),
-        deciles_figure=report(
-            f"{LAYOUT.own_corpus()}/pooled_deciles.{PLOT_FORMAT}",
-            caption="../report/signatures_pooled_deciles.rst",
-            category="Probability signatures",
-            subcategory="{own_corpus}: each model on its own corpus",
-        ),
     log:
         LAYOUT.log("compare_own_corpora", "{own_corpus}"),
     wildcard_constraints:

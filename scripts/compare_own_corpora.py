@@ -22,10 +22,15 @@ def main() -> None:
     write_csv(output.rcos, rcos)
     write_csv(output.deciles, deciles)
     title, options = params.title, params.plots
-    plot_rcos_by_corpus(rcos, path=output.rcos_figure, title=title, options=options)
-    plot_per_token_by_corpus(per_token, path=output.per_token_figure, title=title, options=options)
+    plot_rcos_by_corpus(rcos, path=output.rcos_by_dataset_figure, title=title, options=options)
+    plot_per_token_by_corpus(
+        per_token, path=output.per_token_by_dataset_figure, title=title, options=options
+    )
     plot_deciles(
-        deciles, path=output.deciles_figure, title=f"{title}: datasets pooled", options=options
+        deciles,
+        path=output.pooled_deciles_figure,
+        title=f"{title}: datasets pooled",
+        options=options,
     )
 
 
