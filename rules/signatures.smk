@@ -201,6 +201,7 @@ rule compare_own_corpora:
             subcategory="{own_corpus}: each model on its own corpus",
         ),
         deciles=f"{LAYOUT.own_corpus()}/pooled_deciles.csv",
+        bins=f"{LAYOUT.own_corpus()}/pooled_percentile_bins.csv",
     log:
         LAYOUT.log("compare_own_corpora", "{own_corpus}"),
     wildcard_constraints:

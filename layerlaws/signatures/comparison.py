@@ -138,6 +138,14 @@ QUARTILES = {"q25": 0.25, "median": 0.5, "q75": 0.75}
 """The quartile columns of a decile profile and their quantiles."""
 
 
+def pooled_bins(bins: pl.DataFrame) -> pl.DataFrame:
+    """The histograms of several corpora's signature percentiles in each embedding decile
+    added up (each corpus's pairs ranked within it; Yao & Xu Fig. 11): ``bins`` the stacked
+    ``percentile_bins`` tables; columns matrix, signature, decile, bin, n_pairs."""
+    keys = ["matrix", "signature", "decile", "bin"]
+    return bins.group_by(*keys).agg(pl.col("n_pairs").sum()).sort(*keys)
+
+
 def pooled_deciles(deciles: pl.DataFrame, bins: pl.DataFrame) -> pl.DataFrame:
     """The decile profile of several corpora pooled (Yao & Xu, Appendix C.1, Figs. 5D–E
     and 11): each corpus's similarity pairs ranked within that corpus, then the pairs of
@@ -152,9 +160,8 @@ def pooled_deciles(deciles: pl.DataFrame, bins: pl.DataFrame) -> pl.DataFrame:
     means = deciles.group_by(*keys, maintain_order=True).agg(
         weighted.alias("mean"), pl.col("n_pairs").sum()
     )
-    summed = bins.group_by(*keys, "bin").agg(pl.col("n_pairs").sum())
     quartiles = []
-    for key, block in summed.group_by(*keys):
+    for key, block in pooled_bins(bins).group_by(*keys):
         values, counts = block["bin"].to_numpy(), block["n_pairs"].to_numpy()
         quartiles.append(
             dict(zip(keys, key, strict=True))

@@ -119,6 +119,43 @@ def plot_deciles(
     save_figure(figure, path, options)
 
 
+HISTOGRAM_PAIRS = (("W_E", "next"), ("W_U", "pre"))
+"""The embedding–signature pairs whose per-decile histograms are drawn (Yao & Xu's two)."""
+
+
+def plot_decile_histograms(
+    bins: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """The distribution of the signature-similarity percentile in each decile of the
+    embedding-similarity percentile (Yao & Xu Fig. 11; Fig. 5D shows three of them): a row
+    per pair of ``HISTOGRAM_PAIRS``, a column per decile, each histogram the share of the
+    decile's pairs in each percentile bin. ``bins``: matrix, signature, decile, bin
+    (0–99), n_pairs (``pooled_bins``)."""
+    figure, axes = plt.subplots(
+        len(HISTOGRAM_PAIRS), 10, figsize=(options["width"], 3.2), sharex=True, sharey="row"
+    )
+    for row, (matrix, signature) in enumerate(HISTOGRAM_PAIRS):
+        chosen = bins.filter((pl.col("matrix") == matrix) & (pl.col("signature") == signature))
+        for decile in range(1, 11):
+            axis = axes[row][decile - 1]
+            block = chosen.filter(pl.col("decile") == decile)
+            shares = np.zeros(100)
+            shares[block["bin"].to_numpy()] = block["n_pairs"].to_numpy()
+            axis.stairs(shares / max(shares.sum(), 1), np.arange(101), fill=True, alpha=0.7)
+            axis.tick_params(labelsize=6)
+            if row == 0:
+                axis.set_title(f"{10 * (decile - 1)}–{10 * decile}%", fontsize=7)
+        axes[row][0].set_ylabel(f"{matrix} vs φ_{signature}", fontsize=7)
+    figure.supxlabel(
+        "signature-similarity percentile, per decile of embedding similarity", fontsize=8
+    )
+    finish_figure(figure, title, path, options)
+
+
 def plot_per_token(
     per_token: pl.DataFrame,
     *,

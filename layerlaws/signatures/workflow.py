@@ -11,8 +11,15 @@ from layerlaws.core.errors import LayerlawsError, require_key
 
 SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
 """The figures of one model on one corpus (``plot_signatures``)."""
-OWN_CORPUS_FIGURES = ("rcos_by_dataset", "per_token_by_dataset", "pooled_deciles")
-"""Figures of a ``signatures.own_corpus`` group (Yao & Xu Fig. 5B, 5C, 5E)."""
+OWN_CORPUS_FIGURES = (
+    "rcos_by_dataset",
+    "per_token_by_dataset",
+    "pooled_deciles",
+    "pooled_histograms",
+)
+"""Figures of a ``signatures.own_corpus`` group (Yao & Xu Fig. 5B, 5C, 5E, 11)."""
+OWN_CORPUS_TABLES = ("rcos_by_dataset", "pooled_deciles", "pooled_percentile_bins")
+"""Tables of a ``signatures.own_corpus`` group (the figures' data)."""
 
 
 def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
@@ -32,7 +39,7 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
         ]
     for name in expanded.own_corpus:
         folder = layout.own_corpus(name)
-        paths += [f"{folder}/rcos_by_dataset.csv", f"{folder}/pooled_deciles.csv"]
+        paths += [f"{folder}/{table}.csv" for table in OWN_CORPUS_TABLES]
         paths += [f"{folder}/{figure}.{plot_format}" for figure in OWN_CORPUS_FIGURES]
     return paths
 
