@@ -149,6 +149,8 @@ def _default_field(default: Any, hint: Any, key: str) -> Any:
     """The dataclass field of a schema default (a factory for a sub-block)."""
     if is_dataclass(hint):
         return field(default_factory=lambda: read_settings(hint, default, key))
+    if isinstance(default, dict):
+        return field(default_factory=lambda: copy.deepcopy(default))
     return field(default=_typed(default, hint, key))
 
 

@@ -145,3 +145,13 @@ def test_the_allowed_values_are_the_schemas():
     assert allowed("equilearning.norms") == ("model", "standardize", "none")
     assert allowed("coupling.svd") == ("auto", "full", "randomized", "matrix_free")
     assert allowed("series.*.x") == ("step", "tokens", "parameters", "label")
+
+
+def test_the_execution_block_is_read_like_the_stages():
+    from layerlaws.pipeline.execution import Execution
+
+    assert Execution.from_config({"execution": validated_block("execution")}) == Execution()
+    assert Execution().partition_runtime_limits == {} and Execution().checkpoint_minutes == 10.0
+    assert Execution.from_config({"execution": {"batch_size": 8}}).batch_size == 8
+    with pytest.raises(LayerlawsError, match=r"^execution\.device: 'gpu' is not one of"):
+        Execution.from_config({"execution": {"device": "gpu"}})
