@@ -3,7 +3,8 @@
 # The config itself is never changed after validation.
 #
 # - Settings that change results are rule params, so changing one reruns exactly the jobs
-#   that use it (and what follows).
+#   that use it (and what follows). A stage's settings reach its rule as one param,
+#   settings=<Settings>.params(config[<block>]): the keys its settings class reads.
 # - Execution settings (the config's `execution` block) change how a job runs, never what
 #   it computes: they are never params. Rules read them through EXECUTION (for resources),
 #   scripts through layerlaws.pipeline.execution.Execution.from_config(snakemake.config).
