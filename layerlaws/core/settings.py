@@ -19,7 +19,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -119,7 +119,13 @@ def read_settings(cls: type[T], block: Any, where: str) -> T:
     try:
         return cls(**values)
     except TypeError:
-        missing = [s.name for s in fields(cls) if s.name not in values]  # type: ignore[arg-type]
+        missing = [
+            setting.name
+            for setting in fields(cls)  # type: ignore[arg-type]
+            if setting.name not in values
+            and setting.default is MISSING
+            and setting.default_factory is MISSING
+        ]
         raise LayerlawsError(f"{where}: missing {', '.join(missing)}") from None
 
 
