@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
 from layerlaws.coupling.settings import CouplingSettings
@@ -86,6 +87,7 @@ def measure_prompts(
     ]
     longest = max(len(prompt) for prompt in prompts)
     measured = _resumed(saves, units) if saves is not None else []
+    report = ProgressLog("coupling", len(units), "prompts", done=len(measured), every=60)
     for number, (weights, index, ids) in enumerate(units[len(measured) :], start=len(measured) + 1):
         measured.append(
             measure_prompt(
@@ -98,7 +100,7 @@ def measure_prompts(
                 jacobians=jacobian_prompts is None or index < jacobian_prompts,
             )
         )
-        log.info("%s prompt %d (%d tokens) done", weights, index, len(ids))
+        report.update(number, f"last: {weights} prompt {index}, {len(ids)} tokens")
         if saves is not None and number < len(units):
             state = {"units_hash": prefix_hash(units[:number]), "measured": measured}
             saves.save_if_due(state, f"prompt {number} of {len(units)}")

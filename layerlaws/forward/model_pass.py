@@ -40,9 +40,9 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
 from layerlaws.models.architectures import encoder_layers as encoder_layer_count
@@ -373,7 +373,9 @@ def run_forward_pass(
     (of the sequences in order of first appearance; all by default) runs a shard of the
     pass: its rows keep their numbers among the whole table's. With ``saves`` the pass
     resumes from the last save of the same inputs and saves its progress as it goes (the
-    caller removes the save once its outputs are written). Returns a report: rows
+    caller removes the save once its outputs are written). With ``progress`` it logs a
+    line every 30 s at most with the batches done, the rate and the time left
+    (``ProgressLog``). Returns a report: rows
     observed, sequences, batch size, out-of-memory retries, seconds, tokens per second,
     compute dtype, device, and the batches resumed from a save.
     """
@@ -448,19 +450,13 @@ def run_forward_pass(
     done = resumed["batches_done"] if resumed else 0
     started = time.perf_counter()
     n_tokens = retries = 0
-    bar = tqdm(
-        batches,
-        desc="forward pass",
-        unit="batch",
-        disable=not progress,
-        mininterval=5,
-        initial=done,
-    )
+    report = ProgressLog("forward pass", len(batches), "batches", done=done)
     for number, indices in enumerate(batches[done:], start=done + 1):
         retries += run_splitting_on_oom(process, indices, device)
         n_tokens += sum(lengths[i] for i in indices)
-        bar.update()
-        bar.set_postfix(tokens_per_s=f"{n_tokens / (time.perf_counter() - started):.0f}")
+        if progress:
+            rate = n_tokens / (time.perf_counter() - started)
+            report.update(number, f"{rate:,.0f} tokens/s")
         if saves is not None and number < len(batches):
             state = {
                 "batch_size": int(batch_size),
@@ -470,7 +466,6 @@ def run_forward_pass(
                 "observers": [progress_of(observer) for observer in all_observers],
             }
             saves.save_if_due(state, f"batch {number} of {len(batches)}")
-    bar.close()
     seconds = time.perf_counter() - started
     return {
         "n_rows": n_rows,
