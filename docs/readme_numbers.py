@@ -1,8 +1,9 @@
-"""The numbers README.md's "What the default run finds" quotes from a default run's tables,
-regenerated from them rather than typed.
+"""The numbers "What the default run finds" (docs/results.md, once a section of README.md)
+quotes from a default run's tables, regenerated from them rather than typed. "The README"
+below and in the options' names is that page (``README``).
 
-Each entry names one number of the README: a regular expression with one capture group that
-matches exactly one place in README.md (the number as quoted, with enough context to be
+Each entry names one number of the page: a regular expression with one capture group that
+matches exactly one place in docs/results.md (the number as quoted, with enough context to be
 unique), a function of the results folder that returns the value, and the format the README
 writes it in (U+2212 minus, an explicit + where the README writes one, thousands commas,
 the README's decimals). Numbers that are properties of the config, the models or the papers
@@ -16,7 +17,7 @@ After a default run (`make run`):
     python docs/readme_numbers.py --update-readme
 
 The first stores every value, formatted, by entry name; the second writes the snapshot's
-values into README.md (only the captured numbers change). ``--check`` lists every entry whose
+values into docs/results.md (only the captured numbers change). ``--check`` lists every entry whose
 README text differs from the snapshot or whose pattern does not match exactly once, and exits
 non-zero if there is any (tests/test_readme_numbers.py runs the same check).
 """
@@ -34,7 +35,8 @@ from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "results.md"
+"""The page the numbers are quoted in and checked against: "What the default run finds"."""
 SNAPSHOT = ROOT / "docs" / "default_run_numbers.json"
 
 NUMBER = r"[−+]?\d[\d,]*(?:\.\d+)?"

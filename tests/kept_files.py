@@ -1,5 +1,5 @@
 """An independent reader of kept hidden states (``hidden_states.keep``), for the
-references: the files as the README documents them, read with NumPy, polars and json
+references: the files as docs/outputs.md documents them, read with NumPy, polars and json
 alone — ``metadata.json``, ``rows.parquet`` and ``layer_{lll}/shard_{sssss}.npy`` (rows in
 order, ``shard_rows`` a file; bfloat16 stored as its raw 16 bits, the high half of the
 float32 of the same value)."""

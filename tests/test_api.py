@@ -1,4 +1,4 @@
-"""The README's Python API example, run as written on a tiny model, and its results
+"""The Python API example of docs/development.md, run as written on a tiny model, and its results
 checked against the pipeline's own functions."""
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ def in_memory(llama_folder, texts):
     return model, load_tokenizer(llama_folder), texts[:40]
 
 
-def readme_example() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Python API", 1)[1]
+def documented_example() -> str:
+    page = (REPO / "docs" / "development.md").read_text()
+    section = page.split("## Python API", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
-def test_the_readme_example_runs(in_memory, capsys):
+def test_the_documented_example_runs(in_memory, capsys):
     model, tokenizer, texts = in_memory
-    exec(readme_example(), {"model": model, "tokenizer": tokenizer, "texts": texts})
+    exec(documented_example(), {"model": model, "tokenizer": tokenizer, "texts": texts})
     printed = capsys.readouterr().out
     assert "pearson" in printed and "r_cos" in printed
 

@@ -1,6 +1,7 @@
-"""The library's packages and their import layers, as the README states them: every
-``layerlaws.<package>`` import (inside functions too) goes to a lower layer, and the
-README's package tree lists exactly the packages and top-level modules of ``layerlaws/``."""
+"""The library's packages and their import layers, as docs/development.md states them: every
+``layerlaws.<package>`` import (inside functions too) goes to a lower layer, and its package
+tree lists exactly the packages and top-level modules of ``layerlaws/``; and the stage table
+of docs/workflow.md names rule files, rules, scripts and modules that exist."""
 
 from __future__ import annotations
 
@@ -12,26 +13,29 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 LIBRARY = ROOT / "layerlaws"
-README = (ROOT / "README.md").read_text()
+DEVELOPMENT = ROOT / "docs" / "development.md"
+WORKFLOW = ROOT / "docs" / "workflow.md"
 
 
-def _section(heading: str) -> str:
-    start = README.index(f"\n## {heading}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end > 0 else None]
+def _section(page: Path, heading: str) -> str:
+    """The section ``## heading`` of a docs page, up to the next ``## ``."""
+    text = page.read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
 
 
-def readme_tree() -> list[str]:
+def documented_tree() -> list[str]:
     """The entries of the package tree under ``layerlaws/`` (``core/``, ``api.py``…)."""
-    block = re.search(r"```text\nlayerlaws/\n(.*?)```", _section("The library"), re.S)
-    assert block, "README: no ```text block starting with layerlaws/ in *The library*"
+    block = re.search(r"```text\nlayerlaws/\n(.*?)```", _section(DEVELOPMENT, "The library"), re.S)
+    assert block, "docs/development.md: no ```text block starting with layerlaws/ in *The library*"
     return [line.split()[0] for line in block.group(1).splitlines() if line.strip()]
 
 
-def readme_layers() -> list[list[str]]:
-    """The README's import layers, top to bottom: a numbered list of `package` names."""
-    layers = re.findall(r"^\d+\. (`\w+`(?:, `\w+`)*)$", _section("The library"), re.M)
-    assert layers, "README: no numbered list of import layers in *The library*"
+def documented_layers() -> list[list[str]]:
+    """The import layers, top to bottom: a numbered list of `package` names."""
+    layers = re.findall(r"^\d+\. (`\w+`(?:, `\w+`)*)$", _section(DEVELOPMENT, "The library"), re.M)
+    assert layers, "docs/development.md: no numbered list of import layers in *The library*"
     return [re.findall(r"`(\w+)`", layer) for layer in layers]
 
 
@@ -70,7 +74,7 @@ def upward_imports(library: Path, layers: list[list[str]]) -> list[str]:
             target = unit_of(module)
             if target is None or target == source:
                 continue
-            assert target in rank, f"{path}:{line}: {module} is in no README layer"
+            assert target in rank, f"{path}:{line}: {module} is in no import layer"
             if rank[target] >= rank[source]:
                 found.append(f"{path.relative_to(library.parent)}:{line}: {source} -> {target}")
     return found
@@ -83,17 +87,17 @@ def library_units(library: Path) -> set[str]:
 
 
 def test_no_package_imports_a_package_of_its_own_or_a_higher_layer():
-    assert upward_imports(LIBRARY, readme_layers()) == []
+    assert upward_imports(LIBRARY, documented_layers()) == []
 
 
-def test_the_readme_tree_lists_exactly_the_library_packages():
-    listed = readme_tree()
+def test_the_documented_tree_lists_exactly_the_library_packages():
+    listed = documented_tree()
     assert len(listed) == len(set(listed)), "a package listed twice"
     assert set(listed) == library_units(LIBRARY)
 
 
 def test_every_package_is_in_exactly_one_layer():
-    units = [unit for layer in readme_layers() for unit in layer]
+    units = [unit for layer in documented_layers() for unit in layer]
     assert len(units) == len(set(units))
     assert {f"{unit}/" if (LIBRARY / unit).is_dir() else f"{unit}.py" for unit in units} == (
         library_units(LIBRARY)
@@ -139,13 +143,13 @@ def test_the_check_finds_upward_and_sideways_imports(tmp_path, text, offending):
 
 
 def stage_rows() -> list[list[str]]:
-    """The cells of the README's stage table (rule file, rules, scripts, package: modules)."""
+    """The cells of the stage table (rule file, rules, scripts, package: modules)."""
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")]
-        for line in _section("Stages").splitlines()
+        for line in _section(WORKFLOW, "Stages").splitlines()
         if line.startswith("| ") and not line.startswith("| stage ")
     ]
-    assert rows, "README: no stage table in *Stages*"
+    assert rows, "docs/workflow.md: no stage table in *Stages*"
     return rows
 
 

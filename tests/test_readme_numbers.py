@@ -1,10 +1,12 @@
-"""The README's numbers about the default run and the paper config.
+"""The numbers the docs state about the default run and the paper config: "What the default
+run finds" (docs/results.md, once README.md's section) and the paper config's plan
+(docs/gpus-and-clusters.md).
 
 Recomputed from the configs (slow): the default datasets' tokens and next-token regression
 rows (sampled and tokenised as the pipeline does, with SmolLM2's own tokenizer), the trained
 model's parameters, and the equi-learning passes configs/paper.yaml plans.
 
-Kept by docs/readme_numbers.py (fast): every number "What the default run finds" quotes from
+Kept by docs/readme_numbers.py (fast): every number docs/results.md quotes from
 a default run's tables is the one docs/default_run_numbers.json holds, the snapshot that
 script writes from a default run's results; and the script's extractions and formats, on a
 small made-up results folder."""
@@ -25,7 +27,20 @@ from layerlaws.text.corpus import sample_sentences
 from layerlaws.text.tokens import tokenize_sentences
 
 ROOT = Path(__file__).parents[1]
-README = (ROOT / "README.md").read_text()
+
+# docs/readme_numbers.py: the numbers of docs/results.md from a default run's tables; its
+# README is the page they are quoted in.
+_spec = importlib.util.spec_from_file_location(
+    "readme_numbers", ROOT / "docs" / "readme_numbers.py"
+)
+numbers = sys.modules["readme_numbers"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(numbers)
+SNAPSHOT = json.loads(numbers.SNAPSHOT.read_text())
+
+README = numbers.README.read_text()
+"""What the default run finds (docs/results.md)."""
+GPUS_AND_CLUSTERS = (ROOT / "docs" / "gpus-and-clusters.md").read_text()
+"""Where the paper config's plan is stated."""
 
 
 def _validated(path: Path) -> dict:
@@ -34,10 +49,11 @@ def _validated(path: Path) -> dict:
     return config
 
 
-def _stated(pattern: str) -> tuple[int, ...]:
-    """The numbers the README states where ``pattern`` matches (commas dropped)."""
-    found = re.search(pattern, README)
-    assert found, f"the README no longer says {pattern!r}"
+def _stated(pattern: str, page: str = README) -> tuple[int, ...]:
+    """The numbers ``page`` (docs/results.md unless given) states where ``pattern`` matches
+    (commas dropped)."""
+    found = re.search(pattern, page)
+    assert found, f"the page no longer says {pattern!r}"
     return tuple(int(value.replace(",", "")) for value in found.groups())
 
 
@@ -105,17 +121,10 @@ def test_the_trained_models_parameters(default_config, smollm2_tokenizer):
 @pytest.mark.slow
 def test_the_paper_configs_equilearning_passes():
     expanded = ExpandedConfig.from_config(_validated(ROOT / "configs" / "paper.yaml"))
-    assert _stated(r"The (\d+) equi-learning passes") == (len(expanded.runs),)
+    assert _stated(r"The (\d+) equi-learning passes", GPUS_AND_CLUSTERS) == (len(expanded.runs),)
 
 
-# docs/readme_numbers.py: the README's numbers from a default run's tables.
-
-_spec = importlib.util.spec_from_file_location(
-    "readme_numbers", ROOT / "docs" / "readme_numbers.py"
-)
-numbers = sys.modules["readme_numbers"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(numbers)
-SNAPSHOT = json.loads(numbers.SNAPSHOT.read_text())
+# docs/readme_numbers.py: the numbers of docs/results.md from a default run's tables.
 
 
 @pytest.mark.parametrize("entry", numbers.ENTRIES, ids=lambda entry: entry.name)

@@ -164,9 +164,9 @@ WHOLE_SEQUENCE_FAMILIES = {
     "bert": "bidirectional: a token's output depends on later tokens",
     "roberta": "bidirectional: a token's output depends on later tokens",
 }
-"""Families whose Jacobian products fall back to whole-sequence ones (the README names
-them), and why; in the hybrids only the attention layer (the middle block here) is
-re-run token by token."""
+"""Families whose Jacobian products fall back to whole-sequence ones (docs/configuration.md
+names them under coupling.products), and why; in the hybrids only the attention layer (the
+middle block here) is re-run token by token."""
 HYBRID_FAMILIES = {"jamba", "recurrent_gemma"}
 UNSPLIT_FAMILIES = {
     "gpt2": "its own eager attention (scaled by its own settings, softmax in the model's dtype)",

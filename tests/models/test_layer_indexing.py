@@ -3,7 +3,7 @@ family our layer 0 is the embeddings and layer l the stream after block l (layer
 the final norm). Transformers' own tuple agrees for attention models (index i = layer i),
 but for Mamba and RWKV it holds no embeddings: its index i is the stream after block i + 1
 (the last, the final norm's output). He & Su's released code drops index 0, so for these
-two families its first layer is our layer 2 (README, *Numerics and decisions*)."""
+two families its first layer is our layer 2 (docs/numerics.md)."""
 
 import pytest
 import torch

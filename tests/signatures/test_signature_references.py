@@ -119,7 +119,7 @@ def upper(matrix: np.ndarray) -> np.ndarray:
 
 
 def stored(values: np.ndarray) -> np.ndarray:
-    """Cosines as the pipeline stores them (float32, README "Numerics and decisions"):
+    """Cosines as the pipeline stores them (float32, docs/numerics.md):
     ranks are of the stored values, whose rounding merges or splits a few near-ties
     (ranking the float64 cosines moves a decile's mean by up to 3e-4 percentile points)."""
     return values.astype(np.float32)

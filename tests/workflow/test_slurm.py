@@ -202,7 +202,7 @@ SAVE_WAIT_SECONDS = 400
 
 def job_with_comment(comment: str) -> tuple[str, str]:
     """(id, name) of the one queued or running job whose comment is ``comment``, found as
-    the README says (``squeue`` with the comment among its fields)."""
+    docs/gpus-and-clusters.md says (``squeue`` with the comment among its fields)."""
     listed = subprocess.run(
         ["squeue", "--noheader", "--format=%i|%j|%k"], capture_output=True, text=True, check=True
     ).stdout

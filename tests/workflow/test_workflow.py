@@ -1,6 +1,6 @@
 """End-to-end Snakemake runs on tiny random models: outputs, what reruns when, bad input.
 
-The "what reruns when" tests are the README's table of that name, one test per row.
+The "what reruns when" tests are the table of that name in docs/workflow.md, one test per row.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def test_report_is_generated(finished):
     assert "Equi-learning" in html and "law.svg" in html
 
 
-# What reruns when: one test per row of the README's table.
+# What reruns when: one test per row of the table in docs/workflow.md.
 
 
 def test_nothing_reruns_after_a_full_run(finished):
