@@ -1,0 +1,72 @@
+"""The README's "Your own model": its config block is configs/your-own-model.yaml, it plans
+offline for the 8B model its ``size`` describes (dry run and ``snakemake estimate``), and
+it runs as written against a fake Hugging Face cache holding a tiny Llama under the
+config's hub id (the dataset read from a local folder through the same hub loader)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from huggingface_hub import constants
+from snakemake_runs import REPO, run_ok, scheduled_jobs, snakemake, write_config
+
+CONFIG = REPO / "configs" / "your-own-model.yaml"
+
+
+def readme_block() -> str:
+    """The README's YAML block under *Your own model*."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Your own model\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_block_is_the_config_file():
+    assert readme_block() == CONFIG.read_text()
+
+
+def test_it_plans_the_8b_model_offline(tmp_path):
+    """Nothing is downloaded: the model's ``size`` sizes every job."""
+    jobs = scheduled_jobs(tmp_path, configfile=CONFIG)
+    assert jobs["prepare_model"] == 1 and jobs["equilearning_pass"] == 1
+    assert jobs["sample_sentences"] == 1 and jobs["fit_law"] == 1
+    result = snakemake(tmp_path, "estimate", configfile=CONFIG)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("equilearning_pass")]
+    assert " llama3.1-8b " in row and "8.03B" in row, row
+    assert not (tmp_path / "results" / "models").exists()
+
+
+@pytest.fixture
+def fake_hub_model(llama_folder):
+    """A tiny Llama in the Hugging Face cache under the config's hub id, removed after."""
+    model_id = yaml.safe_load(CONFIG.read_text())["models"]["llama3.1-8b"]["source"]["id"]
+    repository = Path(constants.HF_HUB_CACHE) / f"models--{model_id.replace('/', '--')}"
+    revision = "fedcba9876543210fedcba9876543210fedcba98"
+    shutil.copytree(llama_folder, repository / "snapshots" / revision)
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text(revision)
+    yield model_id
+    shutil.rmtree(repository)
+
+
+def test_it_runs_as_written_on_a_fake_hub_cache(fake_hub_model, texts, tmp_path):
+    config = yaml.safe_load(CONFIG.read_text())
+    folder = tmp_path / "wikitext"
+    folder.mkdir()
+    pl.DataFrame({"text": texts[:30]}).write_parquet(folder / "test.parquet")
+    config["datasets"]["wikitext"]["source"] |= {"name": str(folder), "config": None}
+    workdir = tmp_path / "run"
+    write_config(workdir, config)
+    run_ok(workdir)
+    law = pl.read_csv(workdir / "results/equilearning/llama3.1-8b/wikitext/law.csv")
+    assert law["norm"].unique().to_list() == ["model"]
+    assert law.filter(pl.col("offset") == 1)["pearson"].is_finite().all()
+    assert (workdir / "results/equilearning/llama3.1-8b/wikitext/law.svg").exists()
+    assert (
+        "bfloat16" in (workdir / "results/equilearning/llama3.1-8b/wikitext/pass.json").read_text()
+    )
