@@ -4,21 +4,30 @@ fuzziness, token views, the held-out loss), the probability signatures of texts 
 model's embeddings, the block coupling of a prompt, and a random twin of the model.
 
 ``model`` is a Hugging Face model of a family in the architecture table
-(``layerlaws.models.architectures``), ``tokenizer`` its tokenizer. Nothing is written to disk
-but DuckDB's temporary files while counting.
+(``layerlaws.models.architectures``), ``tokenizer`` its tokenizer. What is measured is a
+stage's settings object (``EquilearningSettings``, ``SignatureSettings``,
+``CouplingSettings``), by default the config's defaults, so that a notebook and a pipeline
+run measure the same. Nothing is written to disk but DuckDB's temporary files while
+counting.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
+from layerlaws.core.settings import schema_at
+from layerlaws.coupling.measurement import (
+    PromptMeasurement,
+    TokenCoupling,
+    measure_prompt,
+    require_ks_within,
+)
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.equilearning.equilearning_pass import EquilearningPass
 from layerlaws.equilearning.law import fuzziness_law_table, law_table
@@ -30,6 +39,21 @@ from layerlaws.signatures.comparison import SignatureComparison, compare_with_em
 from layerlaws.signatures.counting import connect, count_tokens
 from layerlaws.signatures.settings import SignatureSettings
 from layerlaws.text.tokens import tokenize_sentences, with_successors
+
+__all__ = [
+    "Coupling",
+    "CouplingSettings",
+    "EquilearningSettings",
+    "Law",
+    "SignatureSettings",
+    "coupling",
+    "equilearning_law",
+    "random_twin",
+    "signatures",
+]
+
+MAX_TOKENS = schema_at("datasets.*.max_tokens")["default"]
+"""Tokens per text, special tokens counted: a dataset's default."""
 
 
 @dataclass(frozen=True)
@@ -76,30 +100,24 @@ def equilearning_law(
     model: Any,
     tokenizer: Any,
     texts: Sequence[str],
-    offsets: Sequence[int] = (1,),
-    norms: Sequence[str] = ("model",),
-    controls: Sequence[str] = ("none",),
-    max_tokens: int = 512,
-    batch_size: int | str = 8,
-    probe: str = "auto",
     settings: EquilearningSettings | None = None,
+    *,
+    max_tokens: int = MAX_TOKENS,
+    batch_size: int | str = "auto",
+    probe: str = "auto",
     progress: bool = True,
 ) -> Law:
     """The equi-learning pass of the pipeline (``EquilearningPass``) over ``texts``: PR of
     every layer (0…L) for each target offset, norm and control, and its log-linear fit over
     layers 1…L (He & Su); separation fuzziness and its fit; the token views; the model's
-    own held-out loss. ``settings`` (default: the config's defaults,
-    ``EquilearningSettings()``) with ``offsets``, ``norms`` and ``controls`` as given;
-    ``probe`` as ``models.<key>.probe``. The model runs where its weights are, with a
-    progress bar unless ``progress`` is False. Raises LayerlawsError when an offset has no
-    more rows than the hidden size (sample more or longer texts)."""
+    own held-out loss, under ``settings`` (default: the config's, ``EquilearningSettings()``;
+    e.g. ``EquilearningSettings(offsets=(1,), norms=("model",))`` for the law alone).
+    ``max_tokens`` per text, ``batch_size`` sequences a batch (``auto``: from the device's
+    free memory), ``probe`` as ``models.<key>.probe``. The model runs where its weights
+    are, logging its progress unless ``progress`` is False. Raises LayerlawsError when an
+    offset has no more rows than the hidden size (sample more or longer texts)."""
     facts = model_facts(model, {"kind": "memory"})
-    settings = replace(
-        settings or EquilearningSettings(),
-        offsets=tuple(offsets),
-        norms=tuple(norms),
-        controls=tuple(controls),
-    )
+    settings = settings or EquilearningSettings()
     seq2seq = None
     if getattr(model.config, "is_encoder_decoder", False):
         seq2seq = Seq2SeqVocabulary.of(tokenizer, model.config.decoder_start_token_id)
@@ -131,12 +149,14 @@ def signatures(
     model: Any,
     tokenizer: Any,
     texts: Sequence[str],
-    top_tokens: int = 2000,
-    memory_limit_mb: int = 2000,
+    settings: SignatureSettings | None = None,
+    *,
+    memory_limit_mb: int = schema_at("execution.duckdb_memory_mb")["default"],
 ) -> SignatureComparison:
     """Count the unigrams and bigrams of ``texts`` (whole, untruncated) and compare their
-    signatures with the model's input and output embeddings: ``rcos``, ``per_token``,
-    ``percentiles``, ``percentile_bins``, ``views``, ``summary`` as the pipeline writes them."""
+    signatures with the model's input and output embeddings under ``settings`` (default:
+    the config's, ``SignatureSettings()``): ``rcos``, ``per_token``, ``percentiles``,
+    ``percentile_bins``, ``views``, ``summary`` as the pipeline writes them."""
     tokens = with_successors(_tokens(texts, tokenizer, None))
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -153,7 +173,7 @@ def signatures(
         output_embeddings=output_embeddings.detach().float().cpu().numpy(),
         tied=output_embeddings is input_embeddings,
         decode=lambda token: tokenizer.decode([token]),
-        settings=SignatureSettings(top_tokens=top_tokens),
+        settings=settings or SignatureSettings(),
     )
 
 
@@ -161,25 +181,17 @@ def coupling(
     model: Any,
     tokenizer: Any,
     prompt: str,
-    ks: Sequence[int] = (10,),
-    token_layers: Sequence[int | Sequence[int]] = (),
-    lss_window: int = 11,
-    metrics: Sequence[str] = ("paper",),
+    settings: CouplingSettings | None = None,
 ) -> Coupling:
     """Depth-wise and token-wise coupling and the trajectory of one prompt (``depth``,
-    ``tokens``, ``trajectories``, ``layers`` as in the pipeline's tables), by the
-    coupling ``metrics`` (``paper``, Aubry et al.'s Eq. 14, and the released code's
-    ``released_trace``, ``released_norm``, ``released_trace_swapped``,
-    ``released_norm_swapped``). Load the model with ``attn_implementation="eager"``: the
-    fused attention kernels have no batching rule for the Jacobians."""
+    ``tokens``, ``trajectories``, ``layers`` as in the pipeline's tables) under
+    ``settings`` (default: the config's, ``CouplingSettings()``: K = 10, 30, 50, Aubry et
+    al.'s m̃ and m). Load the model with ``attn_implementation="eager"``: the fused
+    attention kernels have no batching rule for the Jacobians."""
     ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
     facts = model_facts(model, {"kind": "memory"})
-    settings = CouplingSettings(
-        ks=tuple(ks),
-        token_layers=tuple(token_layers),
-        lss_window=lss_window,
-        metrics=tuple(metrics),
-    )
+    settings = settings or CouplingSettings()
+    require_ks_within(settings, facts.hidden_size)
     device = next(model.parameters()).device
     measured = measure_prompt(
         model,

@@ -37,9 +37,11 @@ def test_the_documented_example_runs(in_memory, capsys):
 
 def test_the_api_matches_the_pipeline_functions(in_memory):
     model, tokenizer, texts = in_memory
-    law = api.equilearning_law(model, tokenizer, texts, offsets=[0, 1], norms=["none"])
+    law = api.equilearning_law(
+        model, tokenizer, texts, api.EquilearningSettings(offsets=(0, 1), norms=("none",))
+    )
     assert law.pr.columns == ["layer", "offset", "norm", "control", "pr", "n_rows"]
-    assert len(law.pr) == 5 * 2 and law.pr["pr"].is_between(0, 1).all()
+    assert len(law.pr) == 5 * 2 * 2 and law.pr["pr"].is_between(0, 1).all()
     assert set(law.law["offset"]) == {0, 1}
     # The pipeline's pass: fuzziness of every layer and its fit, the held-out loss of the
     # model's own head, the probe it resolved.
@@ -48,15 +50,13 @@ def test_the_api_matches_the_pipeline_functions(in_memory):
     assert law.fuzziness_law.height == 1
     assert np.isfinite(law.evaluation["loss"].to_numpy()).all()
     assert law.report["probe"] == "next_token" and law.report["n_rows"] > 0
-    found = api.signatures(model, tokenizer, texts, top_tokens=30)
+    found = api.signatures(model, tokenizer, texts, api.SignatureSettings(top_tokens=30))
     assert found.summary["n_tokens"] <= 30 and found.rcos["r_cos"].is_between(-1, 1).all()
     measured = api.coupling(
         model,
         tokenizer,
         texts[0][:60],
-        ks=[2],
-        token_layers=[[1, 2]],
-        metrics=["paper", "released_norm"],
+        api.CouplingSettings(ks=(2,), token_layers=((1, 2),), metrics=("paper", "released_norm")),
     )
     depth = measured.depth
     assert isinstance(depth, pl.DataFrame)
@@ -66,6 +66,12 @@ def test_the_api_matches_the_pipeline_functions(in_memory):
     assert len(depth) == 2 * 4 * 4  # metrics × layer pairs of the tiny model's 4 blocks
     assert set(measured.tokens.select("layer_a", "layer_b").unique().rows()) == {(1, 2)}
     assert np.isfinite(measured.trajectories["lss"].to_numpy()).all()
+
+
+def test_more_singular_vectors_than_the_hidden_size_are_refused(in_memory):
+    model, tokenizer, _ = in_memory
+    with pytest.raises(LayerlawsError, match=r"coupling\.ks holds K = 50, more singular vectors"):
+        api.coupling(model, tokenizer, "the set", api.CouplingSettings())
 
 
 def test_too_few_texts_are_refused_before_the_model_runs(in_memory):

@@ -23,7 +23,7 @@ import torch
 from layerlaws.core.atomic import atomic_path, write_csv, write_npz
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling.measurement import TokenCoupling
+from layerlaws.coupling.measurement import TokenCoupling, require_ks_within
 from layerlaws.coupling.prompt_set import Measured, PromptSetMeasurement, measure_prompts
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.architectures import require_single_stack
@@ -84,7 +84,9 @@ def measure_job(
     random twin (the step-0 weights ``initial`` of a training checkpoint), in ``dtype``
     under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
     time."""
-    token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
+    facts = read_facts(model)
+    require_ks_within(settings, facts.hidden_size)
+    token_coupling = TokenCoupling.of(settings, facts.num_layers)
     measured = f"{indices[0]}..{indices[-1]}" if indices else "none"
     context = (
         f"; prompts {measured} of {len(prompts)}, token layer pairs {token_coupling.layer_pairs}"

@@ -215,6 +215,16 @@ def measure_prompt(
     return result
 
 
+def require_ks_within(settings: CouplingSettings, hidden_size: int) -> None:
+    """Refuse, before any model runs, a K of ``coupling.ks`` beyond the hidden size d: a
+    Jacobian of the residual stream has d singular vectors."""
+    if max(settings.ks) > hidden_size:
+        raise LayerlawsError(
+            f"coupling.ks holds K = {max(settings.ks)}, more singular vectors than the model's "
+            f"hidden size {hidden_size}; choose every K ≤ {hidden_size}"
+        )
+
+
 def _chosen_svd(
     settings: CouplingSettings,
     n_layers: int,
