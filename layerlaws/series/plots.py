@@ -88,15 +88,20 @@ def _label(column: str) -> str:
     return QUANTITY_LABELS.get(column, column)
 
 
+DRAWN_METRICS = (PAPER_METRIC, "unnormalised")
+"""The coupling metrics drawn against x: Aubry et al.'s m̃ (Eq. 14) and m (Eq. 13)."""
+
+
 def quantities_of(summary: pl.DataFrame) -> list[str]:
-    """The summary's measured columns, in the order they are drawn (of the coupling
-    metrics other than the paper's, the mean over all layer pairs only)."""
-    ordered = [c for c in QUANTITY_LABELS if c in summary.columns]
+    """The summary's columns drawn against x, in order: the law, the held-out evaluation,
+    the trajectories' means, R_cos, the coupling by ``DRAWN_METRICS`` over all layer
+    pairs at each K, the scores (the summary also holds the medians, the off-diagonal
+    means and the released code's metrics)."""
+    ordered = [c for c in QUANTITY_LABELS if c in summary.columns and not c.endswith("_median")]
     coupling = [
         c
         for c in summary.columns
-        if c.startswith("miscoupling_")
-        and (c.startswith("miscoupling_all_") or coupling_column_parts(c)[2] == PAPER_METRIC)
+        if c.startswith("miscoupling_all_") and coupling_column_parts(c)[2] in DRAWN_METRICS
     ]
     scores = [c for c in summary.columns if c.startswith("score_")]
     return ordered + coupling + scores
@@ -143,7 +148,7 @@ def plot_quantities(
 ) -> None:
     """One panel per quantity against x, one line per probing dataset."""
     columns = quantities_of(summary)
-    figure, axes = _panels(len(columns), 3, 2.4, options)
+    figure, axes = _panels(len(columns), 4, 2.4, options)
     members = summary.unique("model", keep="first", maintain_order=True)
     models, xs = members["model"].to_list(), members["x"].to_list()
     datasets = summary["dataset"].unique(maintain_order=True).to_list()

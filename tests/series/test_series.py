@@ -719,3 +719,20 @@ def test_summary_reads_the_law_of_each_members_own_probe(tmp_path):
     summary = series_summary(members, "label", "model", ())
     assert summary["probe"].to_list() == ["masked_lm", "next_token", "next_token"]
     assert summary["rho"].to_list() == [0.5, 0.9, 0.9]
+
+
+def test_the_quantities_figure_draws_the_papers_quantities_only():
+    """The law, evaluation, trajectory means, R_cos and m̃, m over all pairs at each K; not
+    the medians, the off-diagonal means or the released code's metrics (in the table)."""
+    from layerlaws.series.plots import quantities_of
+
+    columns = [
+        "model", "x", "dataset", "rho", "loss", "lss_mean", "lss_median", "rcos_we_next",
+        "miscoupling_all_k10", "miscoupling_offdiagonal_k10", "miscoupling_all_k10_unnormalised",
+        "miscoupling_all_k10_released_trace", "miscoupling_all_k30", "score_leaderboard",
+    ]  # fmt: skip
+    summary = pl.DataFrame({column: [1.0] for column in columns})
+    assert quantities_of(summary) == [
+        "rho", "loss", "lss_mean", "rcos_we_next", "miscoupling_all_k10",
+        "miscoupling_all_k10_unnormalised", "miscoupling_all_k30", "score_leaderboard",
+    ]  # fmt: skip
