@@ -80,8 +80,12 @@ SELECT {_UNPACKED} FROM (
 
 
 def _copy(connection: duckdb.DuckDBPyConnection, query: str, out: str | os.PathLike[str]) -> None:
+    """The rows of ``query`` into the Parquet file ``out``, sorted by their columns (the
+    token ids first): DuckDB's parallel aggregate returns its groups in any order, and the
+    same counts should be the same file."""
+    ordered = f"SELECT * FROM ({query}) ORDER BY ALL"
     with atomic_path(out) as temporary:
-        connection.execute(f"COPY ({query}) TO '{temporary.as_posix()}' (FORMAT parquet)")
+        connection.execute(f"COPY ({ordered}) TO '{temporary.as_posix()}' (FORMAT parquet)")
 
 
 def count_tokens(
