@@ -467,10 +467,11 @@ def test_the_python_api_measures_a_t5_in_memory_as_the_pass_does(t5, probe):
         model,
         load_tokenizer(root / "m"),
         texts,
-        offsets=OFFSETS,
+        EquilearningSettings(
+            offsets=tuple(OFFSETS), norms=("model",), controls=("none",), masking=MASKING
+        ),
         max_tokens=48,
         probe=probe,
-        settings=EquilearningSettings(masking=MASKING),
         progress=False,
     )
     assert law.report["probe"] == probe
