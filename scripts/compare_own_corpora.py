@@ -20,13 +20,15 @@ def main() -> None:
     params, output, runs = snakemake.params, snakemake.output, snakemake.params.runs
     rcos = by_run([pl.read_csv(path) for path in snakemake.input.rcos], runs)
     per_token = by_run([pl.read_parquet(path) for path in snakemake.input.per_token], runs)
-    bins = by_run([pl.read_csv(path) for path in snakemake.input.percentile_bins], runs)
+    bins = pooled_bins(
+        by_run([pl.read_csv(path) for path in snakemake.input.percentile_bins], runs)
+    )
     deciles = pooled_deciles(
         by_run([pl.read_csv(path) for path in snakemake.input.percentiles], runs), bins
     )
     write_csv(output.rcos, rcos)
     write_csv(output.deciles, deciles)
-    write_csv(output.bins, pooled_bins(bins))
+    write_csv(output.bins, bins)
     title, options = params.title, params.plots
     plot_rcos_by_corpus(rcos, path=output.rcos_by_dataset_figure, title=title, options=options)
     plot_per_token_by_corpus(
@@ -39,7 +41,7 @@ def main() -> None:
         options=options,
     )
     plot_decile_histograms(
-        pooled_bins(bins),
+        bins,
         path=output.pooled_histograms_figure,
         title=f"{title}: datasets pooled",
         options=options,
