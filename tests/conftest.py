@@ -67,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"pytest {pytest.__version__} keeps node ids where pytest-xdist's --dist loadgroup "
             "cannot add the group, so modules would be split across workers; install the "
-            "versions pinned in pyproject.toml (make test does)"
+            "versions of requirements.lock (make test does)"
         )
 
 

@@ -31,8 +31,8 @@ def test_snakefmt():
 
 
 def test_snakemake_lint_finds_nothing_but_the_missing_conda_envs():
-    """The workflow's software environment is the project's .venv (pip, pinned in
-    pyproject.toml), not per-rule conda environments; every other lint must be clean."""
+    """The workflow's software environment is the project's .venv (pip, the versions of
+    requirements.lock), not per-rule conda environments; every other lint must be clean."""
     result = run(sys.executable, "-m", "snakemake", "--lint")
     titles = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("* ")]
     assert titles, "snakemake --lint printed no lint at all: the check itself is broken"
