@@ -1,25 +1,26 @@
-"""The numbers "What the default run finds" (docs/results.md, once a section of README.md)
-quotes from a default run's tables, regenerated from them rather than typed. "The README"
-below and in the options' names is that page (``README``).
+"""The numbers the docs quote from a default run's tables, regenerated from them rather than
+typed: those of "What the default run finds" (docs/results.md) and the headline numbers of
+README.md's section "The law on the default run". Each number is quoted on one page of
+``PAGES``.
 
-Each entry names one number of the page: a regular expression with one capture group that
-matches exactly one place in docs/results.md (the number as quoted, with enough context to be
-unique), a function of the results folder that returns the value, and the format the README
-writes it in (U+2212 minus, an explicit + where the README writes one, thousands commas,
-the README's decimals). Numbers that are properties of the config, the models or the papers
-are not entries, nor are those of runs under other settings (other C, the keys-only
-signatures, the frequent-class fuzziness, the paper's learning rate, the measures before the
-final norm) or timings.
+Each entry names one number of a page: the page, a regular expression with one capture group
+that matches exactly one place in that page (the number as quoted, with enough context to be
+unique), a function of the results folder that returns the value, and the format the page
+writes it in (U+2212 minus, an explicit + where the page writes one, thousands commas, the
+page's decimals). Numbers that are properties of the config, the models or the papers are
+not entries, nor are those of runs under other settings (other C, the keys-only signatures,
+the frequent-class fuzziness, the paper's learning rate, the measures before the final norm)
+or timings.
 
 After a default run (`make run`):
 
     python docs/readme_numbers.py results --write-snapshot docs/default_run_numbers.json
-    python docs/readme_numbers.py --update-readme
+    python docs/readme_numbers.py --update-pages
 
 The first stores every value, formatted, by entry name; the second writes the snapshot's
-values into docs/results.md (only the captured numbers change). ``--check`` lists every entry whose
-README text differs from the snapshot or whose pattern does not match exactly once, and exits
-non-zero if there is any (tests/test_readme_numbers.py runs the same check).
+values into the pages (only the captured numbers change). ``--check`` lists every entry whose
+page's text differs from the snapshot or whose pattern does not match exactly once in its
+page, and exits non-zero if there is any (tests/test_readme_numbers.py runs the same check).
 """
 
 from __future__ import annotations
@@ -29,23 +30,27 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "docs" / "results.md"
-"""The page the numbers are quoted in and checked against: "What the default run finds"."""
+README = "README.md"
+"""The page of the headline numbers (its section "The law on the default run")."""
+RESULTS_PAGE = "docs/results.md"
+"""The page of every other number: "What the default run finds"."""
+PAGES = (README, RESULTS_PAGE)
+"""The pages the numbers are quoted on and checked against, relative to the repository."""
 SNAPSHOT = ROOT / "docs" / "default_run_numbers.json"
 
 NUMBER = r"[−+]?\d[\d,]*(?:\.\d+)?"
-"""A number as the README writes it: U+2212 or + sign, thousands commas, decimals."""
+"""A number as a page writes it: U+2212 or + sign, thousands commas, decimals."""
 
 MINUS = "\N{MINUS SIGN}"
 
 
-# Formats: a float (or int) to the README's text.
+# Formats: a float (or int) to a page's text.
 
 
 def _signed(text: str, negative: bool, plus: bool) -> str:
@@ -67,7 +72,7 @@ def fixed(decimals: int, plus: bool = False) -> Callable[[float], str]:
 
 
 def signed(decimals: int) -> Callable[[float], str]:
-    """``fixed`` with an explicit + (a Pearson r or an R_order as the README writes them)."""
+    """``fixed`` with an explicit + (a Pearson r or an R_order as the pages write them)."""
     return fixed(decimals, plus=True)
 
 
@@ -77,7 +82,7 @@ def count(value: float) -> str:
 
 
 def percent(decimals: int) -> Callable[[float], str]:
-    """A fraction as a percentage, ``decimals`` decimals (the % sign stays in the README)."""
+    """A fraction as a percentage, ``decimals`` decimals (the % sign stays in the page)."""
 
     def format_(value: float) -> str:
         return fixed(decimals)(100 * value)
@@ -100,7 +105,7 @@ def significant(digits: int) -> Callable[[float], str]:
     return format_
 
 
-# Patterns: README text around the number. "{}" is the number captured, "{n}" any other
+# Patterns: a page's text around the number. "{}" is the number captured, "{n}" any other
 # number; a space matches any run of white space (prose is wrapped anywhere); a leading "^"
 # anchors at the start of a line (a table row).
 
@@ -175,12 +180,14 @@ class Entry:
     regex: str
     value: Callable[[Results], float]
     format: Callable[[float], str]
+    page: str = RESULTS_PAGE
+    """The page of ``PAGES`` the number is quoted on."""
 
     def text(self, results: Results) -> str:
         return self.format(self.value(results))
 
 
-# The entries, in the README's order.
+# The entries, page by page in the order of ``PAGES``, each in the page's order.
 
 SMOLLM2 = "smollm2-135m"
 SUMMARY = "equilearning/summary.csv"
@@ -431,8 +438,58 @@ def nth(template: str, index: int) -> str:
 
 
 def _entries() -> Iterator[Entry]:
-    def entry(name, template, value, format_):
-        return Entry(name, pattern(template), value, format_)
+    def entry(name, template, value, format_, page=RESULTS_PAGE):
+        return Entry(name, pattern(template), value, format_, page)
+
+    # README.md's headline: the law on wiki-science and wiki-culture (the law table's numbers),
+    # and the small Llama's next-token r at steps 0 and 800 on the dataset the headline figure
+    # draws (docs/headline.py), wiki-science.
+    science = "(ρ = {}, PR from {} at layer 1 to {} at layer 30)"
+    for name, template, value, format_ in (
+        (
+            "law.wiki-science.next.r",
+            "Pearson r = {} on `wiki-science`",
+            _law("pearson", "wiki-science", "next"),
+            fixed(3),
+        ),
+        (
+            "law.wiki-science.next.rho",
+            nth(science, 0),
+            _law("rho", "wiki-science", "next"),
+            fixed(4),
+        ),
+        (
+            "law.wiki-science.next.pr_first",
+            nth(science, 1),
+            _law("pr_first", "wiki-science", "next"),
+            fixed(3),
+        ),
+        (
+            "law.wiki-science.next.pr_last",
+            nth(science, 2),
+            _law("pr_last", "wiki-science", "next"),
+            fixed(3),
+        ),
+        (
+            "law.wiki-culture.next.r",
+            "and {} on `wiki-culture` (the paper reports",
+            _law("pearson", "wiki-culture", "next"),
+            fixed(3),
+        ),
+        (
+            "series.step0.wiki-science.pearson",
+            "(step 0, r = {})",
+            _series(0, "pearson", "wiki-science"),
+            fixed(3),
+        ),
+        (
+            "series.step800.wiki-science.pearson",
+            "after 800 steps (r = {})",
+            _series(800, "pearson", "wiki-science"),
+            fixed(3),
+        ),
+    ):
+        yield entry(f"headline.{name}", template, value, format_, page=README)
 
     # The probing datasets.
     for index, dataset in enumerate(("wiki-science", "wiki-culture")):
@@ -1058,16 +1115,22 @@ def _entries() -> Iterator[Entry]:
 ENTRIES: tuple[Entry, ...] = tuple(_entries())
 
 
-# Checking and rewriting README text.
+# Checking and rewriting the pages.
+
+
+def read_pages(root: Path = ROOT) -> dict[str, str]:
+    """The text of each page of ``PAGES`` under ``root``, by page."""
+    return {page: (Path(root) / page).read_text() for page in PAGES}
 
 
 def matches(text: str, entry: Entry) -> list[re.Match]:
     return list(re.finditer(entry.regex, text, re.MULTILINE))
 
 
-def problems(text: str, snapshot: dict[str, str], entries=ENTRIES) -> list[str]:
-    """Every entry whose pattern does not match exactly once in ``text``, or whose number
-    there differs from the snapshot's; and every name only one of them has."""
+def problems(pages: Mapping[str, str], snapshot: dict[str, str], entries=ENTRIES) -> list[str]:
+    """Every entry whose pattern does not match exactly once in its page (``pages``: the
+    text of each page), or whose number there differs from the snapshot's; and every name
+    only one of them has."""
     found = []
     names = {entry.name for entry in entries}
     for name in sorted(set(snapshot) - names):
@@ -1076,37 +1139,46 @@ def problems(text: str, snapshot: dict[str, str], entries=ENTRIES) -> list[str]:
         if entry.name not in snapshot:
             found.append(f"{entry.name}: not in the snapshot")
             continue
-        places = matches(text, entry)
+        places = matches(pages[entry.page], entry)
         if len(places) != 1:
-            found.append(f"{entry.name}: its pattern matches {len(places)} times in the README")
+            found.append(f"{entry.name}: its pattern matches {len(places)} times in {entry.page}")
         elif places[0].group(1) != snapshot[entry.name]:
             found.append(
-                f"{entry.name}: the README says {places[0].group(1)!r}, "
+                f"{entry.name}: {entry.page} says {places[0].group(1)!r}, "
                 f"the snapshot {snapshot[entry.name]!r}"
             )
     return found
 
 
-def substituted(text: str, snapshot: dict[str, str], entries=ENTRIES) -> tuple[str, list[str]]:
-    """``text`` with each entry's number replaced by the snapshot's, and the changes made
-    (name: old → new). An entry that does not match exactly once raises."""
-    spans = []
+def substituted(
+    pages: Mapping[str, str], snapshot: dict[str, str], entries=ENTRIES
+) -> tuple[dict[str, str], list[str]]:
+    """``pages`` (the text of each page) with each entry's number replaced by the snapshot's
+    in its page, and the changes made (name: old → new), page by page. An entry that does not
+    match exactly once in its page raises."""
+    spans = {page: [] for page in pages}
     for entry in entries:
-        places = matches(text, entry)
+        places = matches(pages[entry.page], entry)
         if len(places) != 1:
-            raise ValueError(f"{entry.name}: its pattern matches {len(places)} times")
-        spans.append((places[0].span(1), entry.name))
-    spans.sort()
-    for ((_, end), _), ((start, _), _) in pairwise(spans):
-        if start < end:
-            raise ValueError("two entries capture overlapping text")
-    changes = []
-    for (start, end), name in reversed(spans):
-        old, new = text[start:end], snapshot[name]
-        if old != new:
-            text = text[:start] + new + text[end:]
-            changes.append(f"{name}: {old} → {new}")
-    return text, changes[::-1]
+            raise ValueError(
+                f"{entry.name}: its pattern matches {len(places)} times in {entry.page}"
+            )
+        spans[entry.page].append((places[0].span(1), entry.name))
+    new, changes = {}, []
+    for page, text in pages.items():
+        found = sorted(spans[page])
+        for ((_, end), _), ((start, _), _) in pairwise(found):
+            if start < end:
+                raise ValueError(f"two entries capture overlapping text in {page}")
+        changed = []
+        for (start, end), name in reversed(found):
+            old, number = text[start:end], snapshot[name]
+            if old != number:
+                text = text[:start] + number + text[end:]
+                changed.append(f"{name}: {old} → {number}")
+        new[page] = text
+        changes += changed[::-1]
+    return new, changes
 
 
 def values(results: Path, entries=ENTRIES) -> dict[str, str]:
@@ -1119,12 +1191,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="?", type=Path, help="a default run's results folder")
     parser.add_argument("--write-snapshot", type=Path, metavar="JSON", help="store the values")
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help="(default: %(default)s)")
-    parser.add_argument("--readme", type=Path, default=README, help="(default: %(default)s)")
-    parser.add_argument("--update-readme", action="store_true", help="write the snapshot's values")
-    parser.add_argument("--check", action="store_true", help="compare the README with the snapshot")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help=f"the folder of the pages ({', '.join(PAGES)}; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--update-pages", action="store_true", help="write the snapshot's values into the pages"
+    )
+    parser.add_argument("--check", action="store_true", help="compare the pages with the snapshot")
     arguments = parser.parse_args(argv)
-    if not (arguments.write_snapshot or arguments.update_readme or arguments.check):
-        parser.error("nothing to do: --write-snapshot, --update-readme or --check")
+    if not (arguments.write_snapshot or arguments.update_pages or arguments.check):
+        parser.error("nothing to do: --write-snapshot, --update-pages or --check")
     if arguments.write_snapshot:
         if arguments.results is None:
             parser.error("--write-snapshot needs the results folder")
@@ -1135,15 +1214,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(computed)} numbers written to {arguments.write_snapshot}")
         arguments.snapshot = arguments.write_snapshot
     snapshot = json.loads(arguments.snapshot.read_text())
-    if arguments.update_readme:
-        text = arguments.readme.read_text()
-        new, changes = substituted(text, snapshot)
-        if changes:
-            arguments.readme.write_text(new)
-        print("\n".join(changes) or "the README already has the snapshot's numbers")
+    pages = " and ".join(PAGES)
+    if arguments.update_pages:
+        texts = read_pages(arguments.root)
+        new, changes = substituted(texts, snapshot)
+        for page, text in new.items():
+            if text != texts[page]:
+                (arguments.root / page).write_text(text)
+        print("\n".join(changes) or f"{pages} already have the snapshot's numbers")
     if arguments.check:
-        found = problems(arguments.readme.read_text(), snapshot)
-        print("\n".join(found) or f"the README has the snapshot's {len(snapshot)} numbers")
+        found = problems(read_pages(arguments.root), snapshot)
+        print("\n".join(found) or f"{pages} have the snapshot's {len(snapshot)} numbers")
         return 1 if found else 0
     return 0
 

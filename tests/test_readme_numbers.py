@@ -1,13 +1,13 @@
 """The numbers the docs state about the default run and the paper config: "What the default
-run finds" (docs/results.md, once README.md's section) and the paper config's plan
+run finds" (docs/results.md), README.md's headline and the paper config's plan
 (docs/gpus-and-clusters.md).
 
 Recomputed from the configs (slow): the default datasets' tokens and next-token regression
 rows (sampled and tokenised as the pipeline does, with SmolLM2's own tokenizer), the trained
 model's parameters, and the equi-learning passes configs/paper.yaml plans.
 
-Kept by docs/readme_numbers.py (fast): every number docs/results.md quotes from
-a default run's tables is the one docs/default_run_numbers.json holds, the snapshot that
+Kept by docs/readme_numbers.py (fast): every number README.md and docs/results.md quote
+from a default run's tables is the one docs/default_run_numbers.json holds, the snapshot that
 script writes from a default run's results; and the script's extractions and formats, on a
 small made-up results folder."""
 
@@ -28,8 +28,8 @@ from layerlaws.text.tokens import tokenize_sentences
 
 ROOT = Path(__file__).parents[1]
 
-# docs/readme_numbers.py: the numbers of docs/results.md from a default run's tables; its
-# README is the page they are quoted in.
+# docs/readme_numbers.py: the numbers README.md and docs/results.md quote from a default run's
+# tables, each entry on one of its PAGES.
 _spec = importlib.util.spec_from_file_location(
     "readme_numbers", ROOT / "docs" / "readme_numbers.py"
 )
@@ -37,7 +37,9 @@ numbers = sys.modules["readme_numbers"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(numbers)
 SNAPSHOT = json.loads(numbers.SNAPSHOT.read_text())
 
-README = numbers.README.read_text()
+PAGES = numbers.read_pages()
+"""The text of each page the script's numbers are quoted on, by page."""
+RESULTS = PAGES[numbers.RESULTS_PAGE]
 """What the default run finds (docs/results.md)."""
 GPUS_AND_CLUSTERS = (ROOT / "docs" / "gpus-and-clusters.md").read_text()
 """Where the paper config's plan is stated."""
@@ -49,7 +51,7 @@ def _validated(path: Path) -> dict:
     return config
 
 
-def _stated(pattern: str, page: str = README) -> tuple[int, ...]:
+def _stated(pattern: str, page: str = RESULTS) -> tuple[int, ...]:
     """The numbers ``page`` (docs/results.md unless given) states where ``pattern`` matches
     (commas dropped)."""
     found = re.search(pattern, page)
@@ -124,20 +126,72 @@ def test_the_paper_configs_equilearning_passes():
     assert _stated(r"The (\d+) equi-learning passes", GPUS_AND_CLUSTERS) == (len(expanded.runs),)
 
 
-# docs/readme_numbers.py: the numbers of docs/results.md from a default run's tables.
+# docs/readme_numbers.py: the numbers of README.md and docs/results.md from a default run's
+# tables.
 
 
 @pytest.mark.parametrize("entry", numbers.ENTRIES, ids=lambda entry: entry.name)
-def test_the_readme_quotes_the_default_runs_number(entry):
-    """Each number is quoted in exactly one place, as the snapshot of the default run has it
-    (after a default run: `python docs/readme_numbers.py results --write-snapshot
-    docs/default_run_numbers.json`, then `--update-readme`)."""
-    places = numbers.matches(README, entry)
-    assert len(places) == 1, f"{entry.name}: {entry.regex!r} matches {len(places)} times"
+def test_the_page_quotes_the_default_runs_number(entry):
+    """Each number is quoted in exactly one place of its page, as the snapshot of the default
+    run has it (after a default run: `python docs/readme_numbers.py results --write-snapshot
+    docs/default_run_numbers.json`, then `--update-pages`)."""
+    places = numbers.matches(PAGES[entry.page], entry)
+    assert len(places) == 1, (
+        f"{entry.name}: {entry.regex!r} matches {len(places)} times in {entry.page}"
+    )
     assert places[0].group(1) == SNAPSHOT.get(entry.name), (
-        f"{entry.name}: the README says {places[0].group(1)!r}, "
+        f"{entry.name}: {entry.page} says {places[0].group(1)!r}, "
         f"the snapshot {SNAPSHOT.get(entry.name)!r}"
     )
+
+
+def test_the_pages_are_checked_against_the_snapshot():
+    assert numbers.problems(PAGES, SNAPSHOT) == []
+    assert numbers.main(["--check"]) == 0
+    assert {entry.page for entry in numbers.ENTRIES} == set(numbers.PAGES)
+
+
+def _with_readme_number(name: str, wrong: str) -> dict[str, str]:
+    """The pages with README.md's number of entry ``name`` replaced by ``wrong``."""
+    entry = next(entry for entry in numbers.ENTRIES if entry.name == name)
+    assert entry.page == numbers.README
+    readme = PAGES[numbers.README]
+    (place,) = numbers.matches(readme, entry)
+    start, end = place.span(1)
+    return {**PAGES, numbers.README: readme[:start] + wrong + readme[end:]}
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [
+        ("headline.law.wiki-science.next.r", "−0.947"),
+        ("headline.law.wiki-science.next.rho", "0.9945"),
+        ("headline.law.wiki-science.next.pr_first", "0.808"),
+        ("headline.law.wiki-science.next.pr_last", "0.769"),
+        ("headline.law.wiki-culture.next.r", "−0.957"),
+        ("headline.series.step0.wiki-science.pearson", "+0.130"),
+        ("headline.series.step800.wiki-science.pearson", "−0.929"),
+    ],
+)
+def test_a_wrong_headline_number_in_the_readme_is_reported(name, wrong):
+    """README.md's headline quotes the default run's numbers too: one altered there (and not
+    in docs/results.md, which quotes the same values) is the one problem found."""
+    problem = f"{name}: README.md says {wrong!r}, the snapshot {SNAPSHOT[name]!r}"
+    assert numbers.problems(_with_readme_number(name, wrong), SNAPSHOT) == [problem]
+
+
+def test_check_reports_a_wrong_readme_number_and_update_pages_fixes_it(tmp_path, capsys):
+    """--check and --update-pages on a copy of the pages with README.md's step-800 r altered."""
+    name = "headline.series.step800.wiki-science.pearson"
+    for page, text in _with_readme_number(name, "−0.991").items():
+        _write(tmp_path / page, text)
+    assert numbers.main(["--check", "--root", str(tmp_path)]) == 1
+    assert capsys.readouterr().out == (
+        f"{name}: README.md says '−0.991', the snapshot {SNAPSHOT[name]!r}\n"
+    )
+    assert numbers.main(["--update-pages", "--check", "--root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{name}: −0.991 → {SNAPSHOT[name]}"
+    assert {page: (tmp_path / page).read_text() for page in numbers.PAGES} == PAGES
 
 
 def test_the_snapshot_has_exactly_the_scripts_entries():
@@ -147,7 +201,10 @@ def test_the_snapshot_has_exactly_the_scripts_entries():
 
 
 def test_no_two_entries_capture_the_same_number():
-    spans = [numbers.matches(README, entry)[0].span(1) for entry in numbers.ENTRIES]
+    spans = [
+        (entry.page, numbers.matches(PAGES[entry.page], entry)[0].span(1))
+        for entry in numbers.ENTRIES
+    ]
     assert len(set(spans)) == len(spans)
 
 
@@ -196,6 +253,15 @@ def made_up_results(tmp_path):
         + "smollm2-135m,wiki-science,0,model,none,1.03567,0.96329,0.16544,0.63066,3.81\n"
         + "smollm2-135m,wiki-culture,1,model,none,0.99651,-0.97488,0.86541,0.79770,0.92\n"
         + "wiki-llama@step800,wiki-science,1,model,none,0.998,-0.5,0.5,0.5,0.5\n",
+    )
+    # The series: the headline's step-0 and step-800 r are wiki-science's, not wiki-culture's.
+    _write(
+        tmp_path / "series" / "wiki-llama" / "summary.csv",
+        "model,dataset,step,pearson\n"
+        "wiki-llama@step0,wiki-science,0,0.13005\n"
+        "wiki-llama@step0,wiki-culture,0,0.86309\n"
+        "wiki-llama@step800,wiki-science,800,-0.99177\n"
+        "wiki-llama@step800,wiki-culture,800,-0.97923\n",
     )
     _write(
         tmp_path / "synthetic" / "summary.csv",
@@ -246,6 +312,15 @@ def test_the_entries_on_a_made_up_results_folder(made_up_results):
         "coupling.depth.paper.k30.random": "1.063",
         "coupling.metrics.unnormalised.k10.trained": "8.133",
         "coupling.depth.paper.k10.trained.distance1": "0.810",
+        "headline.law.wiki-science.next.r": "−0.974",
+        "headline.law.wiki-science.next.rho": "0.9954",
+        "headline.law.wiki-science.next.pr_first": "0.880",
+        "headline.law.wiki-science.next.pr_last": "0.796",
+        "headline.law.wiki-culture.next.r": "−0.975",
+        "headline.series.step0.wiki-science.pearson": "0.130",
+        "headline.series.step800.wiki-science.pearson": "−0.992",
+        "series.step0.wiki-science.pearson": "+0.13",
+        "series.step800.wiki-culture.pearson": "−0.979",
     }
     entries = {entry.name: entry for entry in numbers.ENTRIES}
     assert set(expected) <= set(entries)
@@ -264,34 +339,48 @@ def test_an_entry_whose_row_is_missing_or_twice_fails(made_up_results):
         entries["synthetic.add.linear.r_order"].text(numbers.Results(made_up_results))
 
 
-def test_the_readme_is_rewritten_and_checked_number_by_number():
-    """``substituted`` replaces each captured number only; ``problems`` names every entry
-    whose text differs from the snapshot, matches other than once, or is missing."""
+def test_the_pages_are_rewritten_and_checked_number_by_number():
+    """``substituted`` replaces each captured number only, in its entry's page; ``problems``
+    names every entry whose text differs from the snapshot, matches other than once in its
+    page, or is missing."""
     text = (
         "| a | −0.974 | 0.99 |\nr = +0.13 on `x`, then\n1,202 at layer 30; again r = +0.13 on `y`\n"
     )
+    pages = {"a.md": text, "b.md": "The headline: r = +0.13 on `x`.\n"}
     entries = [
-        numbers.Entry("a.r", numbers.pattern("^| a | {} |"), None, None),
-        numbers.Entry("a.rho", numbers.pattern("^| a | {n} | {} |"), None, None),
-        numbers.Entry("x.r", numbers.pattern("r = {} on `x`"), None, None),
-        numbers.Entry("d", numbers.pattern("then {} at layer 30"), None, None),
+        numbers.Entry("b.x.r", numbers.pattern("r = {} on `x`"), None, None, "b.md"),
+        numbers.Entry("a.r", numbers.pattern("^| a | {} |"), None, None, "a.md"),
+        numbers.Entry("a.rho", numbers.pattern("^| a | {n} | {} |"), None, None, "a.md"),
+        numbers.Entry("x.r", numbers.pattern("r = {} on `x`"), None, None, "a.md"),
+        numbers.Entry("d", numbers.pattern("then {} at layer 30"), None, None, "a.md"),
     ]
-    snapshot = {"a.r": "−0.975", "a.rho": "0.99", "x.r": "−0.20", "d": "1,203"}
-    new, changes = numbers.substituted(text, snapshot, entries)
-    assert new == (
-        "| a | −0.975 | 0.99 |\nr = −0.20 on `x`, then\n1,203 at layer 30; again r = +0.13 on `y`\n"
-    )
-    assert changes == ["a.r: −0.974 → −0.975", "x.r: +0.13 → −0.20", "d: 1,202 → 1,203"]
+    snapshot = {"b.x.r": "−0.21", "a.r": "−0.975", "a.rho": "0.99", "x.r": "−0.20", "d": "1,203"}
+    new, changes = numbers.substituted(pages, snapshot, entries)
+    assert new == {
+        "a.md": "| a | −0.975 | 0.99 |\nr = −0.20 on `x`, then\n1,203 at layer 30; again r = +0.13 "
+        "on `y`\n",
+        "b.md": "The headline: r = −0.21 on `x`.\n",
+    }
+    assert changes == [
+        "a.r: −0.974 → −0.975",
+        "x.r: +0.13 → −0.20",
+        "d: 1,202 → 1,203",
+        "b.x.r: +0.13 → −0.21",
+    ]
     assert numbers.problems(new, snapshot, entries) == []
-    assert numbers.problems(text, snapshot, entries) == [
-        "a.r: the README says '−0.974', the snapshot '−0.975'",
-        "x.r: the README says '+0.13', the snapshot '−0.20'",
-        "d: the README says '1,202', the snapshot '1,203'",
+    assert numbers.problems(pages, snapshot, entries) == [
+        "b.x.r: b.md says '+0.13', the snapshot '−0.21'",
+        "a.r: a.md says '−0.974', the snapshot '−0.975'",
+        "x.r: a.md says '+0.13', the snapshot '−0.20'",
+        "d: a.md says '1,202', the snapshot '1,203'",
     ]
-    ambiguous = [numbers.Entry("r", numbers.pattern("r = {} on"), None, None)]
-    assert numbers.problems(text, {"r": "+0.13", "stale": "1"}, ambiguous) == [
+    ambiguous = [
+        numbers.Entry("r", numbers.pattern("r = {} on"), None, None, "a.md"),
+        numbers.Entry("b.r", numbers.pattern("r = {} on"), None, None, "b.md"),
+    ]
+    assert numbers.problems(pages, {"r": "+0.13", "b.r": "+0.13", "stale": "1"}, ambiguous) == [
         "stale: in the snapshot, not an entry of the script",
-        "r: its pattern matches 2 times in the README",
+        "r: its pattern matches 2 times in a.md",
     ]
-    with pytest.raises(ValueError, match="matches 2 times"):
-        numbers.substituted(text, {"r": "+0.13"}, ambiguous)
+    with pytest.raises(ValueError, match=r"matches 2 times in a\.md"):
+        numbers.substituted(pages, {"r": "+0.13", "b.r": "+0.13"}, ambiguous)

@@ -40,16 +40,21 @@ def test_it_plans_the_8b_model_offline(tmp_path):
     jobs = scheduled_jobs(tmp_path, configfile=CONFIG)
     assert jobs["prepare_model"] == 1 and jobs["equilearning_pass"] == 1
     assert jobs["sample_sentences"] == 1 and jobs["fit_law"] == 1
+    assert jobs["compare_signatures"] == 1 and jobs["measure_coupling"] == 1
     config = yaml.safe_load(CONFIG.read_text())
     validate(config, str(SCHEMA_FILE))
-    (row,) = JobPlanner.from_config(config, Layout(str(tmp_path / "results"))).plan()
-    assert (row["job"], row["model"], row["parameters"]) == (
-        "equilearning_pass",
-        "llama3.1-8b",
-        8_030_261_248,
-    )
-    # bfloat16 weights (16 GB) and one norm's statistics fit one GPU of 80 GB.
-    assert row["sized_by"] == "config size" and row["gpu"] == 1
+    plan = JobPlanner.from_config(config, Layout(str(tmp_path / "results"))).plan()
+    rows = {row["job"]: row for row in plan}
+    assert set(rows) == {"equilearning_pass", "measure_coupling"} and len(plan) == 2
+    for row in rows.values():
+        assert (row["model"], row["parameters"], row["sized_by"]) == (
+            "llama3.1-8b",
+            8_030_261_248,
+            "config size",
+        )
+        # bfloat16 weights (16 GB) with one norm's statistics, or with the Jacobians' working
+        # memory, fit one GPU of 80 GB (gpus: auto, the default).
+        assert row["gpu"] == 1
     assert not (tmp_path / "results").exists()
 
 
@@ -72,12 +77,21 @@ def test_it_runs_as_written_on_a_fake_hub_cache(fake_hub_model, texts, tmp_path)
     folder.mkdir()
     pl.DataFrame({"text": texts[:30]}).write_parquet(folder / "test.parquet")
     config["datasets"]["wikitext"]["source"] |= {"name": str(folder), "config": None}
+    config["coupling"]["ks"] = [5, 10]  # the tiny Llama's hidden size is 24, not 4,096
     workdir = tmp_path / "run"
     write_config(workdir, config)
     run_ok(workdir)
     law = pl.read_csv(workdir / "results/equilearning/llama3.1-8b/wikitext/law.csv")
     assert law["norm"].unique().to_list() == ["model"]
     assert law.filter(pl.col("offset") == 1)["pearson"].is_finite().all()
+    rcos = pl.read_csv(workdir / "results/signatures/llama3.1-8b/wikitext/rcos.csv")
+    assert len(rcos) == 6 and rcos["r_cos"].is_finite().all()
+    depth = pl.read_csv(
+        workdir / "results/coupling/llama3.1-8b/wikitext/depth.csv",
+        schema_overrides={"prompt": pl.String},
+    )
+    assert depth["prompt"].unique().len() == 6  # the paper's prompt, four texts, their mean
+    assert depth["miscoupling"].is_finite().all()
     assert (workdir / "results/equilearning/llama3.1-8b/wikitext/law.svg").exists()
     assert (
         "bfloat16" in (workdir / "results/equilearning/llama3.1-8b/wikitext/pass.json").read_text()
