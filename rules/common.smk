@@ -10,22 +10,41 @@
 #   scripts through layerlaws.pipeline.execution.Execution.from_config(snakemake.config).
 import yaml
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import validate
 
+from layerlaws.core.config_errors import (
+    file_problems,
+    problems_message,
+    schema_problems,
+)
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner
+from layerlaws.pipeline.preflight import (
+    device_problems,
+    preflight_message,
+    preflight_problems,
+)
 from layerlaws.pipeline.renamed_keys import renamed_key_errors
 from layerlaws.pipeline.targets import Targets, alternatives, plot_options, series_norm
 from layerlaws.synthetic.tasks import TASKS as ADDITION_TASKS
 
 SCHEMA = workflow.source_path("../layerlaws/config.schema.yaml")
 
-if renamed_key_errors(config):
-    raise WorkflowError("\n".join(renamed_key_errors(config)))
+# The config files' YAML (keys given twice, words read as booleans), then old keys, then the
+# schema, each problem in a line; Snakemake's validation then fills in the defaults.
+CONFIG_PROBLEMS = [
+    problem for path in workflow.configfiles for problem in file_problems(path)
+]
+CONFIG_PROBLEMS = (
+    CONFIG_PROBLEMS or renamed_key_errors(config) or schema_problems(config)
+)
+if CONFIG_PROBLEMS:
+    raise WorkflowError(problems_message(CONFIG_PROBLEMS))
 validate(config, SCHEMA)
 
 # Revisions and training checkpoints become models, series become runs: every stage sees
@@ -37,6 +56,22 @@ except LayerlawsError as error:
     raise WorkflowError(f"{error}") from None
 EXECUTION = Execution.from_config(config)
 PLANNER = JobPlanner(EXPANDED, LAYOUT)
+# What would stop a job, found now (a line each): the datasets left out, the sources of the
+# models and datasets read, token-view layers beyond a model's depth. In the main process
+# only: a cluster job's Snakemake parses the workflow again, after these checks.
+if workflow.is_main_process:
+    PREFLIGHT_PROBLEMS = preflight_problems(PLANNER)
+    if PREFLIGHT_PROBLEMS:
+        raise WorkflowError(preflight_message(PREFLIGHT_PROBLEMS))
+    # execution.device: cuda without a GPU here. Snakemake chooses the executor only after
+    # parsing (workflow.executor_plugin is None now, workflow.local_exec True for any), so
+    # a dry run warns unless --jobs (nodes: a cluster executor needs it; a local run's
+    # becomes --cores) says the jobs go elsewhere; a run stops in onstart, below.
+    if workflow.resource_settings.nodes is None:
+        for problem in device_problems(EXECUTION.device, jobs_run_here=True):
+            logger.warning(
+                f"Warning: {problem}; else the jobs that claim a GPU stop the run."
+            )
 PLOT_FORMAT = config["plots"]["format"]
 TARGETS = Targets(EXPANDED, LAYOUT, PLOT_FORMAT)
 # Threads of the jobs that run a model (passes, hidden states, coupling, training): half
@@ -191,3 +226,22 @@ def rule_partitions(wildcards):
             ).value
         found[declared.name] = partition
     return found
+
+
+def local_gpu_jobs():
+    """Whether jobs that claim a GPU (a `gpu` resource) are about to run on this machine:
+    under a local executor (not a cluster's, nor --touch), once the DAG is built."""
+    executor = workflow.executor_plugin.common_settings
+    if not executor.local_exec or executor.touch_exec or not workflow.is_main_process:
+        return False
+    return any("gpu" in job.rule.resources for job in workflow.dag.needrun_jobs())
+
+
+# Before the first job of a run (never of a dry run), where Snakemake has chosen the
+# executor: execution.device: cuda needs a GPU here when jobs that claim one run here.
+onstart:
+    DEVICE_PROBLEMS = device_problems(
+        EXECUTION.device, jobs_run_here=local_gpu_jobs()
+    )
+    if DEVICE_PROBLEMS:
+        raise WorkflowError(preflight_message(DEVICE_PROBLEMS))

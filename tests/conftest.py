@@ -195,7 +195,8 @@ def base_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "lss_window": 2,
         },
         "equilearning": {
-            "token_views": {"groups": [["is", "are"], ["the"]], "layers": [0, 4], "max_rows": 20}
+            "norms": ["model", "standardize", "none"],
+            "token_views": {"groups": [["is", "are"], ["the"]], "layers": [0, 4], "max_rows": 20},
         },
         "hidden_states": {"keep": True},
         "execution": {

@@ -5,41 +5,93 @@ An interrupted job therefore never leaves a half-written file that looks finishe
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from layerlaws.core.disk import disk_error
 
 
 def _temporary_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
 
 
-@contextmanager
+def _remove(temporary: Path) -> None:
+    """Remove what is left at ``temporary`` (a file or a folder), if anything."""
+    if temporary.is_dir() and not temporary.is_symlink():
+        shutil.rmtree(temporary, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):  # the error that brought us here matters more
+            temporary.unlink(missing_ok=True)
+
+
+def remove_temporaries(path: str | os.PathLike[str]) -> None:
+    """Remove the temporaries of ``path`` that writers killed mid-write left beside it (a
+    failed write removes its own)."""
+    final = Path(path)
+    for temporary in final.parent.glob(f".{glob.escape(final.name)}.tmp-*"):
+        _remove(temporary)
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns those created, innermost first."""
+    missing = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (innermost first) where they are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # no longer empty (another job wrote there) or already gone
+            return
+
+
+def _disk_error_of(error: BaseException, temporary: Path, final: Path) -> OSError | None:
+    """The OSError of a full or unwritable disk behind ``error`` (``core.disk``), named after
+    ``final`` where it names the ``temporary`` (or a file inside it) or nothing."""
+    found = disk_error(error, temporary)
+    if found is None:
+        return None
+    name, inside = Path(os.path.abspath(found.filename)), Path(os.path.abspath(temporary))
+    if name == inside or inside in name.parents:
+        found.filename = str(final / name.relative_to(inside))
+    return found
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
 
     Works for files and folders alike: whatever the body creates at the yielded path
     replaces ``path`` (an existing folder is removed first). On an exception the
-    temporary is removed and ``path`` is left untouched.
+    temporary is removed, with the folders made for it that are left empty, and ``path``
+    is left untouched; a full or unwritable disk is raised as the ``OSError`` that names
+    ``path`` (``core.disk.disk_error``), whatever the library that wrote reported.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_folder(final.parent)
     temporary = _temporary_sibling(final)
     try:
         yield temporary
         if final.is_dir() and not final.is_symlink():
             shutil.rmtree(final)
         os.replace(temporary, final)
-    finally:
-        if temporary.is_dir():
-            shutil.rmtree(temporary, ignore_errors=True)
-        elif temporary.exists():
-            temporary.unlink()
+    except BaseException as error:
+        _remove(temporary)
+        _remove_empty(created)
+        found = _disk_error_of(error, temporary, final)
+        if found is None:
+            raise
+        raise found from error
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:

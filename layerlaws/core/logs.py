@@ -9,34 +9,63 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from layerlaws.core.disk import disk_problem
 from layerlaws.core.errors import LayerlawsError
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+INTERRUPTED = (
+    "interrupted; nothing half-written is kept. Rerun the same command to go on: a long job "
+    "resumes from its last progress save"
+)
+"""The line of a job stopped by Ctrl-C."""
+
+
+def problem_line(error: Exception) -> str | None:
+    """The one line a job logs for a problem the user can fix: a LayerlawsError, or a full
+    or unwritable disk (``core.disk.disk_problem``); None for any other failure."""
+    if isinstance(error, LayerlawsError):
+        return str(error)
+    return disk_problem(error)
+
+
+def _log_file(log_path: str) -> logging.Handler:
+    """A handler writing the job's log to ``log_path`` (its folder made if missing)."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_path, mode="w")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    return handler
 
 
 def run_logged(step: Callable[[], None], log_path: str | None) -> None:
     """Run ``step`` with logging to ``log_path`` and stderr; a failure ends the process
-    with status 1 and is always in the log.
+    with status 1 and is always on stderr, and in the log where it could be opened.
 
-    A LayerlawsError (a problem the user can fix) is logged as one clear line; any other
-    exception (a bug, or a failure of a library) with its traceback.
+    A problem the user can fix (``problem_line``: a LayerlawsError, a full or unwritable
+    disk) is logged as one clear line; any other exception (a bug, or a failure of a
+    library) with its traceback. An interruption (Ctrl-C, or SIGINT from Snakemake) is one
+    line saying how to resume, and status 130.
     """
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_path:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_path, mode="w"))
     logging.basicConfig(
         level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
+        format=LOG_FORMAT,
+        handlers=[logging.StreamHandler(sys.stderr)],
         force=True,
     )
     log = logging.getLogger("layerlaws")
     try:
+        if log_path:
+            logging.getLogger().addHandler(_log_file(log_path))
         step()
-    except LayerlawsError as error:
-        log.error("%s", error)
-        sys.exit(1)
-    except Exception:
-        log.exception("the job failed with an unexpected error")
+    except KeyboardInterrupt:
+        log.error(INTERRUPTED)
+        sys.exit(130)
+    except Exception as error:
+        line = problem_line(error)
+        if line is None:
+            log.exception("the job failed with an unexpected error")
+        else:
+            log.error("%s", line)
         sys.exit(1)
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import layerlaws
-from layerlaws.core.atomic import atomic_path
+from layerlaws.core.atomic import atomic_path, remove_temporaries
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,10 @@ class ProgressSaves:
             "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "state": state,
         }
-        with atomic_path(self.path) as temporary:
-            torch.save(record, temporary)
+        # Written through a Python file: a write that fails (a full disk) then raises torch's
+        # RuntimeError while handling the OSError behind it, which atomic_path reports.
+        with atomic_path(self.path) as temporary, open(temporary, "wb") as handle:
+            torch.save(record, handle)
         self._last = time.monotonic()
         self.n_saves += 1
         self.seconds_saving += self._last - started
@@ -179,6 +181,7 @@ class ProgressSaves:
         """Remove the save (the job's outputs are written); returns what saving cost:
         ``progress_saves`` and ``progress_save_seconds``."""
         self.path.unlink(missing_ok=True)
+        remove_temporaries(self.path)
         if self.path.parent.is_dir() and not any(self.path.parent.iterdir()):
             self.path.parent.rmdir()
         return {

@@ -5,14 +5,13 @@ docs/configuration.md`` rewrites it; a test checks that it is current."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from layerlaws.core.atomic import atomic_path
-from layerlaws.core.settings import config_schema
+from layerlaws.core.settings import config_schema, type_text, value_text
 
 HEADER = """# Configuration reference
 
@@ -24,65 +23,13 @@ training, series or prompt set key: letters, digits, `_`, `.`, `-`).
 """
 
 
-def _value(value: Any) -> str:
-    """A default or allowed value as written in YAML's flow style."""
-    return f"`{json.dumps(value, ensure_ascii=False)}`"
-
-
-def _bounds(schema: Mapping[str, Any]) -> str:
-    """`` ≥ 1``, `` in (0, 1]``… for a number's bounds."""
-    low = ("≥", schema["minimum"]) if "minimum" in schema else None
-    low = (">", schema["exclusiveMinimum"]) if "exclusiveMinimum" in schema else low
-    high = ("≤", schema["maximum"]) if "maximum" in schema else None
-    high = ("<", schema["exclusiveMaximum"]) if "exclusiveMaximum" in schema else high
-    if low and high:
-        opening, closing = "[" if low[0] == "≥" else "(", "]" if high[0] == "≤" else ")"
-        return f" in {opening}{low[1]}, {high[1]}{closing}"
-    bound = low or high
-    return f" {bound[0]} {bound[1]}" if bound else ""
-
-
-def type_text(schema: Mapping[str, Any]) -> str:
-    """What a value of ``schema`` may be, in words."""
-    if "$ref" in schema:
-        name = schema["$ref"].rsplit("/", 1)[-1]
-        return type_text(config_schema()["$defs"][name]) if name != "key" else "a key"
-    if "enum" in schema:
-        return "one of " + ", ".join(_value(value) for value in schema["enum"])
-    if "const" in schema:
-        return _value(schema["const"])
-    if "oneOf" in schema:
-        return " or ".join(type_text(choice) for choice in schema["oneOf"])
-    kinds = schema.get("type")
-    if isinstance(kinds, list):
-        return " or ".join(type_text({**schema, "type": kind}) for kind in kinds)
-    if kinds == "null":
-        return "`null`"
-    if kinds == "array":
-        size = ""
-        if schema.get("minItems") is not None and schema.get("minItems") == schema.get("maxItems"):
-            size = f" of {schema['minItems']}"
-        elif schema.get("minItems"):
-            size = f" (at least {schema['minItems']})"
-        unique = ", distinct" if schema.get("uniqueItems") else ""
-        return f"list{size}{unique} of " + type_text(schema.get("items", {}))
-    if kinds == "object" or "properties" in schema or "allOf" in schema:
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, Mapping) and "properties" not in extra:
-            return "map of name → " + type_text(extra)
-        return "block"
-    if kinds in ("integer", "number"):
-        return ("integer" if kinds == "integer" else "number") + _bounds(schema)
-    return {"string": "string", "boolean": "true or false"}.get(kinds, "any")
-
-
 def _entry(path: str, schema: Mapping[str, Any], required: bool) -> str:
     """The line of one key: its path, type, default and description."""
     parts = [f"`{path}`", type_text(schema)]
     if required:
         parts.append("*required*")
     if "default" in schema and not isinstance(schema["default"], dict):
-        parts.append(f"default {_value(schema['default'])}")
+        parts.append(f"default {value_text(schema['default'])}")
     text = " · ".join(parts)
     description = schema.get("description")
     return f"{text}. {description[0].upper()}{description[1:]}" if description else text

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import json
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -59,6 +60,58 @@ def allowed(key: str) -> tuple[Any, ...]:
     """The values the schema allows at ``key``: its ``enum``, or its items' for a list."""
     schema = schema_at(key)
     return tuple(schema.get("items", schema)["enum"])
+
+
+def value_text(value: Any) -> str:
+    """A default or allowed value as written in YAML's flow style."""
+    return f"`{json.dumps(value, ensure_ascii=False)}`"
+
+
+def _bounds(schema: Mapping[str, Any]) -> str:
+    """`` ≥ 1``, `` in (0, 1]``… for a number's bounds."""
+    low = ("≥", schema["minimum"]) if "minimum" in schema else None
+    low = (">", schema["exclusiveMinimum"]) if "exclusiveMinimum" in schema else low
+    high = ("≤", schema["maximum"]) if "maximum" in schema else None
+    high = ("<", schema["exclusiveMaximum"]) if "exclusiveMaximum" in schema else high
+    if low and high:
+        opening, closing = "[" if low[0] == "≥" else "(", "]" if high[0] == "≤" else ")"
+        return f" in {opening}{low[1]}, {high[1]}{closing}"
+    bound = low or high
+    return f" {bound[0]} {bound[1]}" if bound else ""
+
+
+def type_text(schema: Mapping[str, Any]) -> str:
+    """What a value of ``schema`` may be, in words."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return type_text(config_schema()["$defs"][name]) if name != "key" else "a key"
+    if "enum" in schema:
+        return "one of " + ", ".join(value_text(value) for value in schema["enum"])
+    if "const" in schema:
+        return value_text(schema["const"])
+    if "oneOf" in schema:
+        return " or ".join(type_text(choice) for choice in schema["oneOf"])
+    kinds = schema.get("type")
+    if isinstance(kinds, list):
+        return " or ".join(type_text({**schema, "type": kind}) for kind in kinds)
+    if kinds == "null":
+        return "`null`"
+    if kinds == "array":
+        size = ""
+        if schema.get("minItems") is not None and schema.get("minItems") == schema.get("maxItems"):
+            size = f" of {schema['minItems']}"
+        elif schema.get("minItems"):
+            size = f" (at least {schema['minItems']})"
+        unique = ", distinct" if schema.get("uniqueItems") else ""
+        return f"list{size}{unique} of " + type_text(schema.get("items", {}))
+    if kinds == "object" or "properties" in schema or "allOf" in schema:
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping) and "properties" not in extra:
+            return "map of name → " + type_text(extra)
+        return "block"
+    if kinds in ("integer", "number"):
+        return ("integer" if kinds == "integer" else "number") + _bounds(schema)
+    return {"string": "string", "boolean": "true or false"}.get(kinds, "any")
 
 
 def _typed(value: Any, hint: Any, key: str) -> Any:

@@ -62,6 +62,7 @@ from layerlaws.coupling.trajectories import (
     step_lengths,
     windowed_line_shape,
 )
+from layerlaws.coupling.workflow import ks_beyond
 from layerlaws.models.blocks import BlockCall, trace_blocks
 from layerlaws.models.heads import lens_entropy_and_loss
 
@@ -216,13 +217,11 @@ def measure_prompt(
 
 
 def require_ks_within(settings: CouplingSettings, hidden_size: int) -> None:
-    """Refuse, before any model runs, a K of ``coupling.ks`` beyond the hidden size d: a
-    Jacobian of the residual stream has d singular vectors."""
-    if max(settings.ks) > hidden_size:
-        raise LayerlawsError(
-            f"coupling.ks holds K = {max(settings.ks)}, more singular vectors than the model's "
-            f"hidden size {hidden_size}; choose every K ≤ {hidden_size}"
-        )
+    """Refuse, before any model runs, a K of ``coupling.ks`` beyond the hidden size d (the
+    workflow checks it when it plans, where d is known then: ``pipeline.preflight``)."""
+    problem = ks_beyond(settings.ks, hidden_size)
+    if problem:
+        raise LayerlawsError(problem)
 
 
 def _chosen_svd(

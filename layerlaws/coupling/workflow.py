@@ -5,9 +5,10 @@ checks of its prompt sets and runs. ``layout`` and ``expanded`` are the workflow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from layerlaws.core.errors import LayerlawsError, require_key
+from layerlaws.core.errors import require_key
 from layerlaws.text.corpus import prompt_datasets
 
 COUPLING_FIGURES = (
@@ -42,11 +43,18 @@ def check_coupling(expanded: Any) -> None:
     prompt_sets = expanded.config["coupling"]["prompts"]
     for name, prompts in prompt_sets.items():
         for dataset in prompt_datasets(prompts):
-            if dataset not in datasets:
-                raise LayerlawsError(
-                    f"config coupling.prompts.{name}.dataset names {dataset!r}, which is "
-                    f"not a key of datasets; known datasets: {sorted(datasets)}"
-                )
+            require_key(f"coupling.prompts.{name}.dataset", dataset, "datasets", datasets)
     for index, (model, prompts) in enumerate(expanded.coupling_runs):
         require_key(f"coupling.runs[{index}].model", model, "models", expanded.models)
         require_key(f"coupling.runs[{index}].prompts", prompts, "coupling.prompts", prompt_sets)
+
+
+def ks_beyond(ks: Sequence[int], hidden_size: int) -> str | None:
+    """What is wrong with ``coupling.ks`` for a model of hidden size d, or None: a
+    Jacobian of the residual stream has d singular vectors, so every K must be ≤ d."""
+    if max(ks) <= hidden_size:
+        return None
+    return (
+        f"coupling.ks holds K = {max(ks)}, more singular vectors than the model's hidden size "
+        f"{hidden_size}; choose every K ≤ {hidden_size}"
+    )

@@ -16,6 +16,7 @@ from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.architectures import architecture_of
+from layerlaws.models.weight_files import readable_safetensors
 
 WEIGHT_FILES = (
     ("model.safetensors.index.json", "*.safetensors"),
@@ -38,13 +39,15 @@ def _file_keys(path: Path) -> set[str]:
 
 def checkpoint_keys(folder: Path) -> set[str]:
     """The names of the tensors stored in a model folder (safetensors or PyTorch ``.bin``
-    weights, sharded or not), read without loading the tensors."""
+    weights, sharded or not), read without loading the tensors; a damaged safetensors file
+    is a LayerlawsError naming it."""
     for index, pattern in WEIGHT_FILES:
         if (folder / index).is_file():
             return set(json.loads((folder / index).read_text())["weight_map"])
         files = sorted(folder.glob(pattern))
         if files:
-            return set().union(*(_file_keys(path) for path in files))
+            with readable_safetensors(folder):
+                return set().union(*(_file_keys(path) for path in files))
     raise LayerlawsError(
         f"{folder} holds no model weights (no *.safetensors or pytorch_model*.bin)"
     )

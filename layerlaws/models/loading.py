@@ -32,6 +32,7 @@ from layerlaws.models.quantization import (
     quantize_like,
     quantized_modules,
 )
+from layerlaws.models.weight_files import readable_safetensors
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,8 @@ def load_model(
 
     weights = str(weights_folder(folder))
     model_type = AutoConfig.from_pretrained(weights).model_type
-    model = auto_class(model_type).from_pretrained(weights, dtype=torch_dtype(dtype), **options)
+    with readable_safetensors(Path(weights)):
+        model = auto_class(model_type).from_pretrained(weights, dtype=torch_dtype(dtype), **options)
     if quantized is not None:
         check_quantized(model, quantization)
         keep_differentiable(model)
@@ -203,7 +205,7 @@ def _stored_embeddings(folder: Path, facts: ModelFacts) -> tuple[Any, Any] | Non
     embedding_name = architecture.embeddings.rsplit(".", 1)[-1] + ".weight"
     found: dict[str, Any] = {}
     for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as stored:
+        with readable_safetensors(folder), safe_open(str(path), framework="pt") as stored:
             for key in stored.keys():  # noqa: SIM118 (safe_open is no mapping)
                 if stored.get_slice(key).get_shape() == [facts.vocab_size, facts.hidden_size]:
                     found[key] = stored.get_tensor(key)

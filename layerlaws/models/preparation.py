@@ -29,6 +29,7 @@ from layerlaws.models.architectures import (
 from layerlaws.models.checkpoints import checkpoint_keys, lm_head_trained
 from layerlaws.models.facts import MODEL_METADATA, ModelFacts, model_facts, weights_dtype
 from layerlaws.models.parts import assembled_file
+from layerlaws.models.weight_files import check_config_json, readable_gguf, readable_safetensors
 
 GGUF_KINDS = ("gguf_package", "gguf_file", "package_parts")
 FOLDER_KINDS = ("local", "package_folder")
@@ -52,7 +53,8 @@ def _gguf_config(gguf: Path) -> Any:
     """The config inside a GGUF file, checked against the architecture table."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    with readable_gguf(gguf):
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     architecture_of(config)
     return config
 
@@ -64,10 +66,11 @@ def _from_gguf(gguf: Path) -> tuple[Any, Any, bool]:
 
     folder, name = str(gguf.parent), gguf.name
     config = _gguf_config(gguf)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    quantised, loading = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
-    )
+    with readable_gguf(gguf):
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        quantised, loading = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32, output_loading_info=True
+        )
     stored = set(quantised.state_dict()) - set(loading["missing_keys"])
     # A model loaded from GGUF refuses save_pretrained: copy its dequantised weights into a
     # plain model built from the same config.
@@ -114,6 +117,7 @@ def read_config(
             trust_remote_code=trust_remote_code,
         )
     except Exception as error:
+        check_config_json(Path(where, subfolder or ""))
         inside = f", subfolder {subfolder!r}" if subfolder else ""
         raise LayerlawsError(
             f"could not load model {where!r} (revision {revision!r}{inside}): {error}. Check "
@@ -199,11 +203,12 @@ def _with_vocabulary(
         do_lower_case=False,
         model_max_length=config.max_position_embeddings,
     )
-    model = auto_class(config.model_type).from_pretrained(
-        str(folder),
-        dtype=torch_dtype(weights_dtype(config)),
-        trust_remote_code=trust_remote_code,
-    )
+    with readable_safetensors(folder):
+        model = auto_class(config.model_type).from_pretrained(
+            str(folder),
+            dtype=torch_dtype(weights_dtype(config)),
+            trust_remote_code=trust_remote_code,
+        )
     return model, tokenizer
 
 

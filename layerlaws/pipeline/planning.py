@@ -261,13 +261,21 @@ class JobPlanner:
 
     # A plan of the whole config, before anything runs.
 
-    def size(self, model: str) -> tuple[ModelSize, str]:
-        """A model's size and where it was read from."""
+    def _recorded_size(self, model: str) -> tuple[ModelSize, str] | None:
+        """A model's size where it is written down: its prepared facts, else its
+        ``models.<key>.size``; None otherwise."""
         prepared = Path(self.layout.model(model))
         if (prepared / MODEL_METADATA).is_file():
             return prepared_size(prepared), "prepared model"
         if "size" in self._model(model):
             return ModelSize.of(self._model(model)["size"]), "config size"
+        return None
+
+    def size(self, model: str) -> tuple[ModelSize, str]:
+        """A model's size and where it was read from."""
+        recorded = self._recorded_size(model)
+        if recorded is not None:
+            return recorded
         training = self._model(model)["source"].get("training")
         if training is not None:
             return self._trained_size(training), "training settings"
@@ -279,6 +287,21 @@ class JobPlanner:
                 f"the config (models.{model}.size: parameters, num_layers, hidden_size, "
                 f"vocab_size) to plan offline"
             ) from error
+
+    def known_shape(self, model: str) -> tuple[int, int, str] | None:
+        """A model's depth L, hidden size d and where they were read from, where they are
+        known without reading the model's own config (which needs torch, and may need the
+        hub): its prepared facts, its ``models.<key>.size``, or its training's settings;
+        else None."""
+        recorded = self._recorded_size(model)
+        if recorded is not None:
+            size, read_from = recorded
+            return size.num_layers, size.hidden_size, read_from
+        training = self._model(model)["source"].get("training")
+        if training is not None:
+            spec = TrainingSpec.of(self.config["training"][training])
+            return spec.num_layers, spec.hidden_size, "training settings"
+        return None
 
     def _trained_size(self, training: str) -> ModelSize:
         """The size of a training's checkpoints, from its settings and its tokenizer

@@ -88,6 +88,13 @@ def antibody_v_genes(options: Mapping[str, Any]) -> list[Candidate]:
     return candidates
 
 
+CORPUS_DATA: Mapping[str, tuple[str, str, str]] = {
+    "wikipedia_summaries": (WIKIPEDIA_PACKAGE, WIKIPEDIA_FILE, "file"),
+    "antibody_v_genes": (RIOT_PACKAGE, RIOT_V_GENES, "folder"),
+}
+"""Per packaged corpus (``PACKAGED_CORPORA``): the package that carries it, and the path
+inside it of the file or folder its loader reads (checked before the first job)."""
+
 PACKAGED_CORPORA: dict[str, Callable[[Mapping[str, Any]], list[Candidate]]] = {
     "wikipedia_summaries": wikipedia_summaries,
     "antibody_v_genes": antibody_v_genes,
@@ -111,9 +118,29 @@ def _file_format(path: Path, declared: str | None) -> str:
     return {"ndjson": "jsonl", "json": "jsonl", "pq": "parquet"}.get(suffix, suffix)
 
 
+def utf8_text(path: Path) -> str:
+    """The content of the text file ``path``; a LayerlawsError naming the first byte that is
+    not UTF-8 (its offset and line) if it is not."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise LayerlawsError(
+            f"probing text file {path} is not valid UTF-8: byte {error.start} (line {line}) is "
+            f"0x{data[error.start]:02x} ({error.reason}); save it as UTF-8 (e.g. with "
+            f"`iconv -f <its encoding> -t utf-8`)"
+        ) from None
+
+
 def _table_texts(path: Path, file_format: str, text_field: str) -> list[str]:
     readers = {"jsonl": pl.read_ndjson, "csv": pl.read_csv, "parquet": pl.read_parquet}
-    table = readers[file_format](path)
+    try:
+        table = readers[file_format](path)
+    except pl.exceptions.ComputeError:
+        if file_format != "parquet":
+            utf8_text(path)  # a file that is not UTF-8 is a clear error
+        raise
     if text_field not in table.columns:
         raise LayerlawsError(
             f"{path} has no column {text_field!r} (columns: {table.columns}); "
@@ -131,7 +158,7 @@ def file_texts(source: Mapping[str, Any]) -> list[Candidate]:
             raise LayerlawsError(f"probing text file {path} does not exist")
         file_format = _file_format(path, source.get("format"))
         if file_format == "txt":
-            texts = path.read_text().splitlines()
+            texts = utf8_text(path).splitlines()
         elif file_format in ("jsonl", "csv", "parquet"):
             texts = _table_texts(path, file_format, source.get("text_field", "text"))
         else:

@@ -137,6 +137,22 @@ def _token_table(
     return table, too_short, text_tokens
 
 
+def _why_none_left(encoded: Encoded, texts: int, limit: int, min_tokens: int) -> str:
+    """Why no text of ``texts`` kept enough text tokens, and the setting to change."""
+    cut = sum(len(ids) == limit for ids in encoded.token_ids)
+    if cut:
+        return (
+            f"max_tokens={limit} (special tokens counted) cut {cut} of them to fewer than "
+            f"min_tokens={min_tokens} text tokens; raise the dataset's max_tokens"
+        )
+    dropped = texts - len(encoded.token_ids)
+    return (
+        f"{dropped} were dropped as longer than max_tokens={limit} and the other "
+        f"{len(encoded.token_ids)} have fewer than min_tokens={min_tokens} text tokens; raise "
+        "max_tokens (or set too_long: truncate), use longer texts or lower min_tokens"
+    )
+
+
 def tokenize_sentences(
     sentences: pl.DataFrame,
     tokenizer: Any,
@@ -169,9 +185,8 @@ def tokenize_sentences(
         )
     if table.is_empty():
         raise LayerlawsError(
-            f"none of the {len(sentences)} texts is left after tokenisation: each has fewer "
-            f"than min_tokens={min_tokens} text tokens or was dropped as too long; use longer "
-            f"texts or lower the dataset's min_tokens"
+            f"none of the {len(sentences)} texts is left after tokenisation: "
+            + _why_none_left(encoded, len(sentences), limit, min_tokens)
         )
     log.info("kept %d texts, %d text tokens", table["sentence_id"].n_unique(), text_tokens)
     return table

@@ -1,6 +1,7 @@
 """Progress saves: what the fingerprint covers, saves from other inputs or unreadable files
 discarded with a log line, a pass interrupted after a save resuming to the statistics of an
-uninterrupted pass, and the file gone once the job is done."""
+uninterrupted pass, the file gone once the job is done, and a save on a full disk one line
+that leaves no partial file, its rerun resuming from the last complete save."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import polars as pl
 import pytest
 import torch
+from disk_faults import error_lines, run_python
 
 from layerlaws.core import progress
 from layerlaws.core.progress import ProgressSaves, fingerprint, resume_path
@@ -134,3 +136,57 @@ def test_a_pass_interrupted_after_a_save_resumes_to_the_same_statistics(
     assert ("discarding the progress save" in caplog.text) == (saved != "same inputs")
     for ours, reference in zip(resumed, uninterrupted, strict=True):
         assert ours.equals(reference), pl.concat([ours, reference], how="horizontal")
+
+
+PROGRESS_JOB = """
+import sys
+import torch
+from layerlaws.core.logs import run_logged
+from layerlaws.core.progress import ProgressSaves
+
+def job():
+    saves = ProgressSaves(sys.argv[1], "inputs", every_minutes=0)
+    state = saves.load()
+    first = 1 if state is None else state["done"] + 1
+    print("starts at unit", first)
+    for done in range(first, 3):  # the second unit's statistics are large (400 kB)
+        saves.save({"done": done, "sums": torch.zeros(10 ** (1 + 4 * (done - 1)))}, f"{done} of 2")
+    saves.finish()
+
+run_logged(job, None)
+"""
+
+
+@pytest.mark.parametrize(
+    ("file_size", "restart_at"),
+    [(64 * 2**10, 2), (512, 1)],
+    ids=["after-a-save", "before-any-save"],
+)
+def test_a_save_on_a_full_disk_is_one_line_and_the_rerun_resumes(tmp_path, file_size, restart_at):
+    """A job whose save meets a full disk (RLIMIT_FSIZE: the second save, or the first)
+    stops with one line naming the save and leaves no partial file (nor a ``.resume/`` it
+    made); run again with room, it resumes from the last complete save, or starts afresh."""
+    path = resume_path(tmp_path / "out" / "pr.csv")
+    full = run_python(PROGRESS_JOB, str(path), file_size=file_size)
+    assert full.returncode == 1, full.stderr
+    [line] = error_lines(full.stderr)
+    assert f"could not write {path}: File too large. Free space on its disk" in line
+    assert "Traceback" not in full.stderr
+    saved = [path] if restart_at == 2 else []
+    assert sorted((tmp_path / "out").rglob("*")) == ([path.parent, *saved] if saved else [])
+    rerun = run_python(PROGRESS_JOB, str(path))
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"starts at unit {restart_at}" in rerun.stdout
+    assert ("resuming from" in rerun.stderr) == (restart_at == 2)
+    assert not path.parent.exists()
+
+
+def test_an_empty_or_partial_resume_folder_does_not_break_a_rerun(tmp_path):
+    path = resume_path(tmp_path / "pr.csv")
+    path.parent.mkdir()
+    (path.parent / f".{path.name}.tmp-0123abcd").write_bytes(b"PK\x03\x04 half a save")
+    saves = ProgressSaves(path, "inputs", every_minutes=0)
+    assert saves.load() is None
+    saves.save({"done": 1}, "1 of 1")
+    saves.finish()
+    assert list(tmp_path.iterdir()) == []

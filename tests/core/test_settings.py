@@ -80,7 +80,7 @@ def test_values_arrive_in_their_fields_types():
     from layerlaws.synthetic.settings import SyntheticTrainingSettings
 
     settings = EquilearningSettings.from_config({"offsets": [1, 2], "cutoff": 1e-10})
-    assert settings.offsets == (1, 2) and settings.norms == ("model", "standardize", "none")
+    assert settings.offsets == (1, 2) and settings.norms == ("model",)
     assert settings.token_views.groups == (("they", "them"), ("have", "had"), ("are", "is"))
     masking = MaskingSettings.from_config({"rate": 1})
     assert isinstance(masking.rate, float) and masking.rate == 1.0 and masking.seed == 0

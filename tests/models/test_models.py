@@ -1,6 +1,7 @@
 """Model preparation: facts read from the model, tied embeddings, random twins, bad sources."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import llama_tokenizer
+from fake_hub import cached_snapshot
 from safetensors import safe_open
 from tiny_models import save_tiny_model
 
@@ -89,38 +91,22 @@ def test_a_bfloat16_model_keeps_bfloat16_on_disk(texts, tmp_path):
 def test_a_hub_model_is_used_from_the_hugging_face_cache(llama_folder, tmp_path):
     """The hub code path on a model already in the cache (HF_HUB_OFFLINE is set for the
     tests): the prepared folder points into the cache, nothing is copied."""
-    from huggingface_hub import constants
-
     revision = "0123456789abcdef0123456789abcdef01234567"
-    repository = Path(constants.HF_HUB_CACHE) / "models--layerlaws-test--tiny-llama"
-    snapshot = repository / "snapshots" / revision
-    shutil.copytree(llama_folder, snapshot)
-    (repository / "refs").mkdir()
-    (repository / "refs" / "main").write_text(revision)
-    try:
+    with cached_snapshot(llama_folder, "layerlaws-test/tiny-llama", revision) as snapshot:
         facts = prepare_model(
             {"source": {"kind": "hub", "id": "layerlaws-test/tiny-llama"}}, tmp_path / "m"
         )
         assert Path(facts.weights).resolve() == snapshot.resolve()
         assert [path.name for path in (tmp_path / "m").iterdir()] == ["layerlaws_model.json"]
         assert load_tokenizer(tmp_path / "m")("the set")["input_ids"]
-    finally:
-        shutil.rmtree(repository)
 
 
 def test_a_hub_model_in_a_subfolder_of_its_repository(llama_folder, tmp_path):
     """A repository holding several models (``source.subfolder``): config, weights and
     tokenizer are read from the subfolder of the cached snapshot."""
-    from huggingface_hub import constants
-
     revision = "89abcdef0123456789abcdef0123456789abcdef"
-    repository = Path(constants.HF_HUB_CACHE) / "models--layerlaws-test--several-models"
-    snapshot = repository / "snapshots" / revision
-    shutil.copytree(llama_folder, snapshot / "small" / "transformers")
-    (repository / "refs").mkdir()
-    (repository / "refs" / "main").write_text(revision)
     source = {"kind": "hub", "id": "layerlaws-test/several-models"}
-    try:
+    with cached_snapshot(llama_folder, source["id"], revision, "small/transformers") as snapshot:
         facts = prepare_model(
             {"source": {**source, "subfolder": "small/transformers"}}, tmp_path / "m"
         )
@@ -128,8 +114,6 @@ def test_a_hub_model_in_a_subfolder_of_its_repository(llama_folder, tmp_path):
         assert load_model(tmp_path / "m", "float32", "cpu").config.num_hidden_layers > 0
         with pytest.raises(LayerlawsError, match="subfolder 'large'"):
             prepare_model({"source": {**source, "subfolder": "large"}}, tmp_path / "n")
-    finally:
-        shutil.rmtree(repository)
 
 
 def test_embeddings_are_read_without_building_the_model(llama_folder, gpt2_folder, tmp_path):
@@ -170,3 +154,73 @@ def test_the_trainable_families_are_rows_of_the_table_and_what_the_config_accept
     assert tuple(training["architecture"]["enum"]) == TRAINABLE_FAMILIES
     assert set(TRAINABLE_FAMILIES) <= set(ARCHITECTURES)
     assert all(ARCHITECTURES[family].objective == "causal" for family in TRAINABLE_FAMILIES)
+
+
+def _truncated(file: Path) -> Path:
+    """``file`` cut to half its length, as an interrupted download or copy leaves it."""
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+    return file
+
+
+def test_a_truncated_safetensors_file_is_a_clear_error(llama_folder, tmp_path):
+    """Named with its cause wherever it is read: preparing, loading, the embeddings."""
+    source = {"kind": "local", "path": str(shutil.copytree(llama_folder, tmp_path / "source"))}
+    prepare_model({"source": source}, tmp_path / "m")
+    weights = _truncated(tmp_path / "source" / "model.safetensors")
+    damaged = rf"{re.escape(str(weights))} is corrupt or truncated \(.*incomplete metadata"
+    for read in (
+        lambda: prepare_model({"source": source}, tmp_path / "again"),
+        lambda: load_model(tmp_path / "m", "float32", "cpu"),
+        lambda: embedding_matrices(tmp_path / "m"),
+    ):
+        with pytest.raises(LayerlawsError, match=damaged):
+            read()
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_truncated_file_in_the_hugging_face_cache_is_to_be_deleted(llama_folder, tmp_path):
+    revision = "fedcba9876543210fedcba9876543210fedcba98"
+    with cached_snapshot(llama_folder, "layerlaws-test/truncated", revision) as snapshot:
+        weights = _truncated(snapshot / "model.safetensors")
+        with pytest.raises(LayerlawsError, match=rf"{re.escape(str(weights))} is corrupt.*delete"):
+            prepare_model(
+                {"source": {"kind": "hub", "id": "layerlaws-test/truncated"}}, tmp_path / "m"
+            )
+
+
+def _tiny_gguf(path: Path) -> Path:
+    """A GGUF file of one tensor (no model transformers can build, but a sound file)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.ones((64, 16), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_file_that_is_garbage_or_truncated_is_a_clear_error(tmp_path):
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"<html>404 Not Found</html>\n" * 20)
+    truncated = _truncated(_tiny_gguf(tmp_path / "truncated.gguf"))
+    for path in (garbage, truncated):
+        with pytest.raises(LayerlawsError, match=rf"{re.escape(str(path))} is corrupt or trunc"):
+            prepare_model({"source": {"kind": "gguf_file", "path": str(path)}}, tmp_path / "m")
+    # A sound file that transformers fails on for another reason is no "corrupt file".
+    sound = _tiny_gguf(tmp_path / "sound.gguf")
+    with pytest.raises(Exception) as raised:
+        prepare_model({"source": {"kind": "gguf_file", "path": str(sound)}}, tmp_path / "m")
+    assert not isinstance(raised.value, LayerlawsError)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_config_json_that_is_not_json_is_a_clear_error(llama_folder, tmp_path):
+    folder = shutil.copytree(llama_folder, tmp_path / "source")
+    (folder / "config.json").write_text('{"model_type": "llama",\n  "hidden_size": 24,,\n}')
+    config = re.escape(str(folder / "config.json"))
+    with pytest.raises(LayerlawsError, match=rf"config {config} is not valid JSON \(.* line 2,"):
+        prepare_model({"source": {"kind": "local", "path": str(folder)}}, tmp_path / "m")

@@ -87,7 +87,7 @@ def test_a_signature_run_names_a_dataset_or_pool(config):
 
 def test_a_prompt_set_names_known_datasets(config):
     config["coupling"]["prompts"]["paper"]["dataset"] = "nope"
-    fails(config, "config coupling.prompts.paper.dataset names 'nope', which is not a key of")
+    fails(config, "config coupling.prompts.paper.dataset is 'nope', which is not a key of")
 
 
 def test_a_coupling_run_names_a_known_prompt_set(config):

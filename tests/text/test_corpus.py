@@ -1,6 +1,7 @@
 """Seeded sampling of probing texts from each kind of source."""
 
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -125,3 +126,21 @@ def test_a_reservoir_samples_the_whole_stream_uniformly():
     assert sample == reservoir_sample(iter(stream), 3_000, 0)
     assert reservoir_sample(iter(stream[:5]), 8, 0) == stream[:5]
     assert reservoir_sample(iter([]), 8, 0) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("latin1.txt", "first text\nsecond\ncafé au lait\n"),
+        ("latin1.jsonl", '{"text": "first"}\n{"text": "second"}\n{"text": "café"}\n'),
+        ("latin1.csv", "text\nfirst\ncafé\n"),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_a_clear_error(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content.encode("latin-1"))
+    offset = content.encode("latin-1").index(b"\xe9")
+    line = content[: content.index("é")].count("\n") + 1
+    message = rf"{re.escape(str(path))} is not valid UTF-8: byte {offset} \(line {line}\) is 0xe9"
+    with pytest.raises(LayerlawsError, match=message):
+        sample_sentences({"kind": "files", "paths": [str(path)]}, 5, sample_seed=0)

@@ -47,8 +47,16 @@ def test_too_short_texts_are_dropped_or_rejected(llama_folder, texts):
     mixed = sentences(["Hi", texts[0], "A"])
     table = tokenize_sentences(mixed, tokenizer, max_tokens=32, min_tokens=3)
     assert table["sentence_id"].unique().to_list() == [1]
-    with pytest.raises(LayerlawsError, match="fewer than min_tokens=3"):
+    with pytest.raises(LayerlawsError, match="fewer than min_tokens=3 text tokens; raise max"):
         tokenize_sentences(sentences(["Hi", "A b"]), tokenizer, max_tokens=32, min_tokens=3)
+
+
+def test_a_max_tokens_that_leaves_too_few_text_tokens_is_named(llama_folder, texts):
+    """max_tokens counts the BOS: 2 leaves one text token, fewer than min_tokens=2; the
+    setting to raise is max_tokens, not the texts' length."""
+    tokenizer = load_tokenizer(llama_folder)
+    with pytest.raises(LayerlawsError, match=r"max_tokens=2 \(special tokens counted\) cut 3 of"):
+        tokenize_sentences(sentences(texts[:3]), tokenizer, max_tokens=2, min_tokens=2)
 
 
 def test_token_budget_keeps_texts_in_order(llama_folder, texts):

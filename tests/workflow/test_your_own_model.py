@@ -6,13 +6,11 @@ config's hub id (the dataset read from a local folder through the same hub loade
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
-from huggingface_hub import constants
+from fake_hub import cached_snapshot
 from snakemake.utils import validate
 from snakemake_runs import REPO, run_ok, scheduled_jobs, write_config
 
@@ -62,13 +60,8 @@ def test_it_plans_the_8b_model_offline(tmp_path):
 def fake_hub_model(llama_folder):
     """A tiny Llama in the Hugging Face cache under the config's hub id, removed after."""
     model_id = yaml.safe_load(CONFIG.read_text())["models"]["llama3.1-8b"]["source"]["id"]
-    repository = Path(constants.HF_HUB_CACHE) / f"models--{model_id.replace('/', '--')}"
-    revision = "fedcba9876543210fedcba9876543210fedcba98"
-    shutil.copytree(llama_folder, repository / "snapshots" / revision)
-    (repository / "refs").mkdir()
-    (repository / "refs" / "main").write_text(revision)
-    yield model_id
-    shutil.rmtree(repository)
+    with cached_snapshot(llama_folder, model_id, "fedcba9876543210fedcba9876543210fedcba98"):
+        yield model_id
 
 
 def test_it_runs_as_written_on_a_fake_hub_cache(fake_hub_model, texts, tmp_path):
