@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,19 @@ def schema_problems(config: Mapping[str, Any]) -> list[str]:
         rest = len(lines) - MOST_PROBLEMS
         lines = [*lines[:MOST_PROBLEMS], f"… and {rest} more"]
     return lines
+
+
+def main(arguments: list[str]) -> int:
+    """``python -m layerlaws.core.config_errors FILE…``: the problems of config files (their
+    YAML, then the schema), a line each, and status 1 if there is any. It reads a file that
+    Snakemake cannot (a missing file, YAML that does not parse) and says where."""
+    problems = []
+    for path in arguments:
+        found = file_problems(path)
+        problems += found or schema_problems(yaml.safe_load(Path(path).read_text()) or {})
+    print(problems_message(problems) if problems else f"no problems in {', '.join(arguments)}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
