@@ -22,7 +22,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from layerlaws.core.errors import LayerlawsError, problem_list
 from layerlaws.core.settings import config_schema, type_text
+from layerlaws.core.text_files import utf8_text
 
 YAML_11_BOOLEANS = frozenset(
     word
@@ -102,20 +104,19 @@ def yaml_problems(text: str, name: str) -> list[str]:
 def file_problems(path: str | Path) -> list[str]:
     """``yaml_problems`` of the config file at ``path``, or why it cannot be read."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = utf8_text(Path(path), "config file")
     except OSError as error:
         return [f"{path}: cannot be read ({error.strerror or error})"]
-    except UnicodeDecodeError as error:
-        return [f"{path}: not UTF-8 text (byte {error.start}); save it as UTF-8"]
+    except LayerlawsError as error:
+        return [str(error)]
     return yaml_problems(text, str(path))
 
 
 def problems_message(problems: list[str]) -> str:
-    """The message of a config with ``problems``: a line each, and what to do."""
-    listed = "\n".join(f"  - {problem}" for problem in problems)
+    """The message of a config with ``problems``: a line each, and where keys are described."""
     return (
-        f"The config is not valid ({len(problems)} problem{'s' * (len(problems) > 1)}):\n"
-        f"{listed}\nEvery key is described in docs/configuration.md."
+        f"{problem_list('The config is not valid', problems)}\n"
+        "Every key is described in docs/configuration.md."
     )
 
 

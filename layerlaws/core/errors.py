@@ -1,5 +1,6 @@
-"""The one exception type the pipeline raises for problems a user can fix, and the check
-every stage makes of a config key that names another (``require_key``)."""
+"""The one exception type the pipeline raises for problems a user can fix, the check every
+stage makes of a config key that names another (``require_key``), and how several
+problems found at once are listed (``problem_list``)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,9 @@ def require_key(where: str, value: Any, table: str, known: Collection[str]) -> N
             f"config {where} is {value!r}, which is not a key of {table}; known {table}: "
             f"{sorted(known)}"
         )
+
+
+def problem_list(title: str, problems: list[str]) -> str:
+    """``title`` with the count of ``problems``, then a line per problem."""
+    listed = "\n".join(f"  - {problem}" for problem in problems)
+    return f"{title} ({len(problems)} problem{'s' * (len(problems) > 1)}):\n{listed}"

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from layerlaws.core.errors import LayerlawsError, require_key
+from layerlaws.core.errors import LayerlawsError, problem_list, require_key
 from layerlaws.core.packages import distribution, install_command, package_file, package_folder
 from layerlaws.coupling.workflow import ks_beyond
 from layerlaws.pipeline.expansion import ExpandedConfig
@@ -268,9 +268,7 @@ def device_problems(
 
 def preflight_message(problems: list[str]) -> str:
     """The message of a workflow that would stop at a job: a line per problem."""
-    listed = "\n".join(f"  - {problem}" for problem in problems)
-    many = "s" * (len(problems) > 1)
-    return f"Found before the first job ({len(problems)} problem{many}):\n{listed}"
+    return problem_list("Found before the first job", problems)
 
 
 def preflight_problems(planner: JobPlanner) -> list[str]:

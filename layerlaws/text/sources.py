@@ -19,6 +19,7 @@ import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.packages import package_file, package_folder
+from layerlaws.core.text_files import utf8_text
 
 Candidate = tuple[str, str]
 
@@ -111,26 +112,15 @@ def packaged_texts(source: Mapping[str, Any]) -> list[Candidate]:
     return PACKAGED_CORPORA[name](source)
 
 
+PROBING_FILE = "probing text file"
+"""What a dataset's text file is called in messages."""
+
+
 def _file_format(path: Path, declared: str | None) -> str:
     if declared:
         return declared
     suffix = path.suffix.lstrip(".").lower()
     return {"ndjson": "jsonl", "json": "jsonl", "pq": "parquet"}.get(suffix, suffix)
-
-
-def utf8_text(path: Path) -> str:
-    """The content of the text file ``path``; a LayerlawsError naming the first byte that is
-    not UTF-8 (its offset and line) if it is not."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise LayerlawsError(
-            f"probing text file {path} is not valid UTF-8: byte {error.start} (line {line}) is "
-            f"0x{data[error.start]:02x} ({error.reason}); save it as UTF-8 (e.g. with "
-            f"`iconv -f <its encoding> -t utf-8`)"
-        ) from None
 
 
 def _table_texts(path: Path, file_format: str, text_field: str) -> list[str]:
@@ -139,7 +129,7 @@ def _table_texts(path: Path, file_format: str, text_field: str) -> list[str]:
         table = readers[file_format](path)
     except pl.exceptions.ComputeError:
         if file_format != "parquet":
-            utf8_text(path)  # a file that is not UTF-8 is a clear error
+            utf8_text(path, PROBING_FILE)  # a file that is not UTF-8 is a clear error
         raise
     if text_field not in table.columns:
         raise LayerlawsError(
@@ -155,10 +145,10 @@ def file_texts(source: Mapping[str, Any]) -> list[Candidate]:
     for name in source["paths"]:
         path = Path(name)
         if not path.is_file():
-            raise LayerlawsError(f"probing text file {path} does not exist")
+            raise LayerlawsError(f"{PROBING_FILE} {path} does not exist")
         file_format = _file_format(path, source.get("format"))
         if file_format == "txt":
-            texts = utf8_text(path).splitlines()
+            texts = utf8_text(path, PROBING_FILE).splitlines()
         elif file_format in ("jsonl", "csv", "parquet"):
             texts = _table_texts(path, file_format, source.get("text_field", "text"))
         else:

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from must_run import cannot_run
 from snakemake_runs import REPO, SNAKEMAKE, write_config
 
 pytestmark = pytest.mark.slow
@@ -27,13 +28,8 @@ CANNOT_INSTALL, FOREIGN_SLURM = 3, 4
 START_SECONDS = 300
 """Limit of ``cluster.sh start`` (apt-get included); SIGKILL 10 s after SIGTERM."""
 RESULT = "results/equilearning/tiny-llama/mini"
-
-
-def cannot_run(reason: str) -> None:
-    """Skip with ``reason``; under CI=true (where the test must run) fail with it."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the SLURM test must run under CI=true, but {reason}", pytrace=False)
-    pytest.skip(reason)
+THIS = "the SLURM test"
+"""What must run under CI=true (``must_run.cannot_run``)."""
 
 
 def installed_packages() -> set[str]:
@@ -61,11 +57,14 @@ def cluster(tmp_path_factory):
     daemons are stopped, the files and packages the cluster added are removed, and every
     package is as it was, name and version."""
     if os.geteuid() != 0:
-        cannot_run("a real SLURM needs root to install and start its daemons")
+        cannot_run(THIS, "a real SLURM needs root to install and start its daemons")
     if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
-        cannot_run("a real SLURM needs Debian's apt-get to install it")
+        cannot_run(THIS, "a real SLURM needs Debian's apt-get to install it")
     if shutil.which("dpkg-query") is None:
-        cannot_run("the SLURM test needs dpkg-query to check that it leaves no package behind")
+        cannot_run(
+            THIS,
+            "the SLURM test needs dpkg-query to check that it leaves no package behind",
+        )
     state = tmp_path_factory.mktemp("slurm")
     packages_before = installed_packages()
     try:
@@ -75,9 +74,12 @@ def cluster(tmp_path_factory):
             text=True,
         )
         if started.returncode == CANNOT_INSTALL:
-            cannot_run(f"SLURM could not be installed with apt-get: {started.stderr[-500:]}")
+            cannot_run(
+                THIS,
+                f"SLURM could not be installed with apt-get: {started.stderr[-500:]}",
+            )
         if started.returncode == FOREIGN_SLURM:
-            cannot_run(f"this machine has a SLURM of its own: {started.stderr[-500:]}")
+            cannot_run(THIS, f"this machine has a SLURM of its own: {started.stderr[-500:]}")
         assert started.returncode == 0, (
             f"cluster.sh start exited with {started.returncode} (124: timed out after "
             f"{START_SECONDS} s)\n{started.stdout[-2000:]}{started.stderr[-3000:]}"
