@@ -30,6 +30,7 @@ from layerlaws.pipeline.preflight import (
     preflight_problems,
 )
 from layerlaws.pipeline.renamed_keys import renamed_key_errors
+from layerlaws.rehearsal.counts import divided_counts
 from layerlaws.pipeline.targets import Targets, alternatives, plot_options, series_norm
 from layerlaws.synthetic.tasks import TASKS as ADDITION_TASKS
 
@@ -46,6 +47,9 @@ CONFIG_PROBLEMS = (
 if CONFIG_PROBLEMS:
     raise WorkflowError(problems_message(CONFIG_PROBLEMS))
 validate(config, SCHEMA)
+# A rehearsal on tiny stand-ins (python -m layerlaws.rehearsal) divides the counts by
+# rehearsal.divide_counts_by; 1, the default, leaves them as written.
+config.update(divided_counts(config))
 
 # Revisions and training checkpoints become models, series become runs: every stage sees
 # one model per measured set of weights.

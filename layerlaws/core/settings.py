@@ -41,6 +41,24 @@ def config_schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_FILE.read_text())
 
 
+def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a valid ``config`` with the schema's defaults filled in, as the
+    workflow's validation fills them (every ``properties`` default, at every level)."""
+    filled = copy.deepcopy(dict(config))
+    check_properties = jsonschema.Draft202012Validator.VALIDATORS["properties"]
+
+    def fill(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, dict):
+            for name, property_schema in properties.items():
+                if "default" in property_schema:
+                    instance.setdefault(name, copy.deepcopy(property_schema["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    filling = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": fill})
+    filling(config_schema()).validate(filled)
+    return filled
+
+
 def schema_at(key: str) -> dict[str, Any]:
     """The schema of the dotted config key ``key`` (``equilearning.masking.rate``; ``*``
     stands for any key of a map, ``series.*.x``)."""

@@ -1,0 +1,143 @@
+"""``python -m layerlaws.rehearsal``: a config (``configs/paper.yaml`` by default) run as
+written, every job of it, offline on a CPU, on tiny stand-ins of its hub models and
+datasets (``layerlaws.rehearsal.standins``) with its counts divided by one factor.
+
+Into ``--folder`` (made anew): ``hf/``, the stand-ins' Hugging Face home; ``rehearsal.yaml``,
+the settings the rehearsal adds to the config (the factor, ``execution.device: cpu``);
+``results/``, the run's outputs, with a ``benchmarks/`` file per job that was given
+resources. The run's console goes to ``snakemake.log`` there. It ends with the line
+
+    rehearsal_jobs=<done>/<planned> figures=<made>/<indexed> peak_vs_plan_max=<r> minutes=<m>
+
+where ``figures`` counts the outputs of the papers' figure index
+(``configs/paper_figures.yaml``) that were made, and ``peak_vs_plan_max`` is the largest
+measured peak host memory over the memory the planner gave any job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from layerlaws.core.settings import with_defaults
+from layerlaws.rehearsal.counts import divided_counts
+from layerlaws.rehearsal.report import job_uses, uses_table
+from layerlaws.rehearsal.standins import write_standins
+
+REPOSITORY = Path(__file__).parents[2]
+FIGURE_INDEX = REPOSITORY / "configs" / "paper_figures.yaml"
+
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m layerlaws.rehearsal", description=__doc__)
+    parser.add_argument("--config", default=str(REPOSITORY / "configs" / "paper.yaml"))
+    parser.add_argument("--divide-counts-by", type=int, default=100, metavar="FACTOR")
+    parser.add_argument("--folder", default="results/rehearsal")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--figure-index", default=str(FIGURE_INDEX), help="the figure index checked"
+    )
+    parser.add_argument("targets", nargs="*", help="outputs or rules to make (default: all)")
+    return parser.parse_args(argv)
+
+
+def _snakemake(folder: Path, configs: list[Path], *options: str) -> list[str]:
+    """Snakemake on the repository's workflow in ``folder`` with ``configs``."""
+    return [
+        str(Path(sys.executable).with_name("snakemake")),
+        "--snakefile",
+        str(REPOSITORY / "Snakefile"),
+        "--directory",
+        str(folder),
+        "--configfile",
+        *map(str, configs),
+        *options,
+    ]
+
+
+def _job_count(command: list[str], environment: dict[str, str]) -> int:
+    """The jobs a dry run of ``command`` plans (0 when nothing is to be done)."""
+    listed = subprocess.run(
+        [*command, "--dry-run", "--quiet", "rules"], capture_output=True, text=True, env=environment
+    )
+    if listed.returncode != 0:
+        raise SystemExit(f"the dry run failed:\n{listed.stderr[-3000:]}")
+    total = re.search(r"^total\s+(\d+)$", listed.stdout, re.M)
+    return int(total.group(1)) if total else 0
+
+
+def _figures(index: Path, folder: Path) -> tuple[int, int]:
+    """(made, indexed) outputs of the figure index under ``folder``."""
+    if not index.exists():
+        return 0, 0
+    from layerlaws.pipeline.figure_index import made_outputs, read_index
+
+    return made_outputs(read_index(index), folder)
+
+
+def main(argv: list[str]) -> int:
+    arguments = _arguments(argv)
+    folder = Path(arguments.folder).resolve()
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    settings = {
+        "rehearsal": {"divide_counts_by": arguments.divide_counts_by},
+        "execution": {"device": "cpu"},
+    }
+    overlay = folder / "rehearsal.yaml"
+    overlay.write_text(yaml.safe_dump(settings))
+    config = yaml.safe_load(Path(arguments.config).read_text())
+    config["rehearsal"] = settings["rehearsal"]
+    started = time.monotonic()
+    models, datasets = write_standins(divided_counts(with_defaults(config)), folder / "hf")
+    print(f"stand-ins of {models} hub models and {datasets} hub datasets in {folder / 'hf'}")
+    environment = {
+        **os.environ,
+        "HF_HOME": str(folder / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    command = _snakemake(folder, [Path(arguments.config).resolve(), overlay])
+    planned = _job_count([*command, *arguments.targets], environment)
+    print(f"{planned} jobs planned; the run's console: {folder / 'snakemake.log'}", flush=True)
+    with (folder / "snakemake.log").open("w") as console:
+        subprocess.run(
+            [
+                *command,
+                "--cores",
+                str(arguments.cores),
+                "--resources",
+                f"gpu={arguments.cores}",
+                "--benchmark-extended",
+                "--keep-going",
+                *arguments.targets,
+            ],
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    left = _job_count([*command, *arguments.targets], environment)
+    minutes = (time.monotonic() - started) / 60
+    uses = job_uses(folder / "results" / "benchmarks")
+    print(uses_table(uses))
+    made, indexed = _figures(Path(arguments.figure_index), folder)
+    worst = max((use.ratio for use in uses), default=float("nan"))
+    print(
+        f"rehearsal_jobs={planned - left}/{planned} figures={made}/{indexed} "
+        f"peak_vs_plan_max={worst:.2f} minutes={minutes:.1f}"
+    )
+    return 0 if left == 0 and worst <= 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

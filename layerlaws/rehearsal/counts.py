@@ -1,0 +1,73 @@
+"""The counts of a config divided by one factor, for a rehearsal on tiny stand-ins
+(``rehearsal.divide_counts_by``; 1 leaves the config as written).
+
+What is divided is what makes a job long without changing what it runs: the texts
+sampled from each dataset, the coupling prompts (and those whose Jacobians are measured),
+a training's optimizer steps, warm-up, sequences per step and held-out sequences, and the
+addition tasks' samples and epochs. Each count becomes ⌈count / factor⌉, never below 1
+(and never above what another count bounds: the warm-up below the steps, the snapshot
+epoch within the epochs, a training's steps a multiple of its epochs). Widths, depths,
+context lengths, seeds and every setting of a measurement are left as written.
+Torch-free: the workflow applies it once, right after validating the config.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+TRAINING_COUNTS = ("steps", "batch_size", "held_out_sequences", "eval_every")
+"""A training's counts divided (``warmup_steps`` follows the steps)."""
+PROMPT_COUNTS = ("n_from_dataset", "jacobian_prompts")
+"""A coupling prompt set's counts divided (null stays null: every prompt)."""
+
+
+def divided(count: int | None, factor: int) -> int | None:
+    """⌈count / factor⌉, at least 1; None stays None."""
+    return None if count is None else max(1, math.ceil(count / factor))
+
+
+def divided_counts(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the validated ``config`` with its counts divided by
+    ``config["rehearsal"]["divide_counts_by"]``; the config itself when that is 1."""
+    factor = config["rehearsal"]["divide_counts_by"]
+    if factor == 1:
+        return dict(config)
+    scaled = copy.deepcopy(dict(config))
+    for dataset in scaled["datasets"].values():
+        if isinstance(dataset.get("n_samples"), int):
+            dataset["n_samples"] = divided(dataset["n_samples"], factor)
+    for prompt_set in scaled["coupling"]["prompts"].values():
+        for name in PROMPT_COUNTS:
+            if name in prompt_set:
+                prompt_set[name] = divided(prompt_set[name], factor)
+    for training in scaled["training"].values():
+        _divide_training(training, factor)
+    synthetic = scaled["synthetic"]
+    synthetic["n_samples"] = divided(synthetic["n_samples"], factor)
+    synthetic["epochs"] = divided(synthetic["epochs"], factor)
+    synthetic["snapshot_epoch"] = min(
+        divided(synthetic["snapshot_epoch"], factor), synthetic["epochs"]
+    )
+    return scaled
+
+
+def _divide_training(training: dict[str, Any], factor: int) -> None:
+    """A training's counts divided in place: its steps stay a multiple of its epochs and
+    above its warm-up; listed checkpoint steps are divided too (a count of checkpoints is
+    kept)."""
+    for name in TRAINING_COUNTS:
+        if name in training:
+            training[name] = divided(training[name], factor)
+    epochs = training.get("epochs") or 1
+    training["steps"] = math.ceil(training["steps"] / epochs) * epochs
+    if "warmup_steps" in training:
+        training["warmup_steps"] = min(divided(training["warmup_steps"], factor), training["steps"])
+    if isinstance(training.get("checkpoints"), list):
+        steps = {
+            min(divided(step, factor) if step else 0, training["steps"])
+            for step in training["checkpoints"]
+        }
+        training["checkpoints"] = sorted(steps)
