@@ -1,0 +1,224 @@
+"""The papers' figure index (``configs/paper_figures.yaml``): one row per figure and table of
+He & Su, Yao & Xu and Aubry et al., each naming the outputs of the paper config that draw or
+tabulate it, or why it is not reproduced. Here (torch-free): the rows, read and checked
+(``read_index``); every output they name; which of them a run made (``made_outputs``, the
+rehearsal's ``figures=<made>/<indexed>``); and the docs' table (``docs/figures.md``),
+written by ``python -m layerlaws.pipeline.figure_index configs/paper_figures.yaml
+docs/figures.md``. A test checks that the page is current and that the paper config makes
+every output named."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from layerlaws.core.atomic import atomic_path
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.text_files import utf8_text
+
+PAPERS = {
+    "he_su": ("He & Su", "A Law of Next-Token Prediction in Large Language Models"),
+    "yao_xu": (
+        "Yao & Xu",
+        "Probability Signature: Bridging Data Semantics and Embedding Structure in Language Models",
+    ),
+    "aubry": (
+        "Aubry et al.",
+        "Transformer Block Coupling and its Correlation with Generalization in LLMs",
+    ),
+}
+"""Each paper's key in the index: its authors and title, as the docs name it."""
+CONFIG = "configs/paper.yaml"
+"""The config whose outputs the index names, relative to the repository (the index lies
+beside it)."""
+RESULTS = "results/"
+"""Where every output of the index lies: paths relative to Snakemake's working directory."""
+ROW_KEYS = ("paper", "item", "shows", "outputs", "not_reproduced", "note")
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    """One figure or table of a paper."""
+
+    paper: str
+    """The paper's key, one of ``PAPERS``."""
+    item: str
+    """The figure or table as the paper numbers it (``Fig. 1``, ``Fig. S8``, ``Table 1``)."""
+    shows: str
+    """What it shows, in a few words."""
+    outputs: tuple[str, ...]
+    """The outputs of ``CONFIG`` that draw or tabulate it (paths under ``results/``);
+    empty when it is not reproduced."""
+    not_reproduced: str | None
+    """Why it is not reproduced (None when it is)."""
+    note: str | None
+    """Where the outputs only partly match the paper (None when they match)."""
+
+
+def _text(value: Any, where: str, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise LayerlawsError(f"{where}: {key} must be a non-empty text; give it one")
+    return value.strip()
+
+
+def _outputs(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise LayerlawsError(f"{where}: outputs must be a non-empty list of paths under results/")
+    for output in value:
+        if not isinstance(output, str) or not output.startswith(RESULTS):
+            raise LayerlawsError(
+                f"{where}: output {output!r} is not a path under results/; name the file "
+                f"the paper config writes (e.g. results/equilearning/gpt1/bookcorpus/law.svg)"
+            )
+    return tuple(value)
+
+
+def _row(raw: Any, where: str) -> FigureRow:
+    """One row of the file, checked; ``where`` names it in errors."""
+    if not isinstance(raw, Mapping):
+        raise LayerlawsError(f"{where}: a row is a mapping of the keys {', '.join(ROW_KEYS)}")
+    where = f"{where} ({raw.get('paper', '?')} {raw.get('item', '?')})"
+    unknown = sorted(set(raw) - set(ROW_KEYS))
+    if unknown:
+        raise LayerlawsError(
+            f"{where}: unknown key {', '.join(map(str, unknown))}; a row has {', '.join(ROW_KEYS)}"
+        )
+    if raw.get("paper") not in PAPERS:
+        raise LayerlawsError(
+            f"{where}: paper is {raw.get('paper')!r}; it must be one of {', '.join(PAPERS)}"
+        )
+    if ("outputs" in raw) == ("not_reproduced" in raw):
+        raise LayerlawsError(
+            f"{where}: give exactly one of outputs (the files that make it) and "
+            f"not_reproduced (why not)"
+        )
+    reproduced = "outputs" in raw
+    reason = None if reproduced else _text(raw["not_reproduced"], where, "not_reproduced")
+    return FigureRow(
+        paper=raw["paper"],
+        item=_text(raw.get("item"), where, "item"),
+        shows=_text(raw.get("shows"), where, "shows"),
+        outputs=_outputs(raw["outputs"], where) if reproduced else (),
+        not_reproduced=reason,
+        note=_text(raw["note"], where, "note") if "note" in raw else None,
+    )
+
+
+def read_index(path: str | os.PathLike[str]) -> tuple[FigureRow, ...]:
+    """The rows of the figure index at ``path``, in order, checked: each with a known paper,
+    an item, what it shows and exactly one of outputs and not_reproduced, no item twice for
+    a paper. Raises LayerlawsError naming the row otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise LayerlawsError(f"figure index {path} not found; give the path of paper_figures.yaml")
+    try:
+        data = yaml.safe_load(utf8_text(path, "figure index"))
+    except yaml.YAMLError as error:
+        raise LayerlawsError(f"figure index {path} is not valid YAML: {error}") from None
+    if not isinstance(data, list) or not data:
+        raise LayerlawsError(f"figure index {path}: the file is a non-empty list of rows")
+    rows, seen = [], {}
+    for number, raw in enumerate(data, start=1):
+        row = _row(raw, f"figure index {path} row {number}")
+        key = (row.paper, row.item)
+        if key in seen:
+            raise LayerlawsError(
+                f"figure index {path} row {number} ({row.paper} {row.item}): the item is "
+                f"already row {seen[key]}; merge the two rows"
+            )
+        seen[key] = number
+        rows.append(row)
+    return tuple(rows)
+
+
+def indexed_outputs(rows: Iterable[FigureRow]) -> list[str]:
+    """Every output the rows name, each once, in row order."""
+    return list(dict.fromkeys(output for row in rows for output in row.outputs))
+
+
+def missing_outputs(rows: Iterable[FigureRow], folder: str | os.PathLike[str]) -> list[str]:
+    """The outputs of the rows that are not files under ``folder``, Snakemake's working
+    directory (the folder that holds ``results/``), each once, in row order."""
+    return [output for output in indexed_outputs(rows) if not (Path(folder) / output).is_file()]
+
+
+def made_outputs(rows: Sequence[FigureRow], folder: str | os.PathLike[str]) -> tuple[int, int]:
+    """(made, indexed), counted per row, not per file: indexed is the number of reproduced
+    rows (those with outputs), made the number of them whose every output is a file under
+    ``folder``, Snakemake's working directory (a figure drawn by four files is made when all
+    four are)."""
+    missing = set(missing_outputs(rows, folder))
+    reproduced = [row for row in rows if row.outputs]
+    made = sum(1 for row in reproduced if missing.isdisjoint(row.outputs))
+    return made, len(reproduced)
+
+
+def _cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def _how(row: FigureRow) -> str:
+    if not row.outputs:
+        return _cell(f"not reproduced: {row.not_reproduced}")
+    command = f"`snakemake --configfile {CONFIG} {' '.join(row.outputs)}`"
+    return command + (f"<br>Note: {_cell(row.note)}" if row.note else "")
+
+
+def render(rows: Sequence[FigureRow]) -> str:
+    """The page ``docs/figures.md``: per paper, a table of its figures and tables with what
+    each shows and the command that makes it, or why it is not reproduced."""
+    counts = []
+    for paper, (authors, _) in PAPERS.items():
+        of_paper = [row for row in rows if row.paper == paper]
+        reproduced = sum(1 for row in of_paper if row.outputs)
+        counts.append(f"{authors} {reproduced} of {len(of_paper)}")
+    lines = [
+        "# Reproducing the papers' figures",
+        "",
+        "Generated from the figure index (`configs/paper_figures.yaml`) by",
+        "`python -m layerlaws.pipeline.figure_index configs/paper_figures.yaml docs/figures.md`;",
+        "edit the index, not this page.",
+        "",
+        "Every figure and table of the three papers, main text and appendix, with the command",
+        f"that builds it alone from `{CONFIG}` (hub models and GPUs, as the whole",
+        "config needs: [Usage](workflow.md#usage)) or why it is not reproduced. Many are also",
+        "drawn offline, on small models, by `make run` ([What the default run finds](results.md))",
+        "and `make zoo` ([The zoo](zoo.md)); every output is described in [Outputs](outputs.md).",
+        "",
+        f"Reproduced: {'; '.join(counts)}.",
+    ]
+    for paper, (authors, title) in PAPERS.items():
+        lines += [
+            f"\n## {authors}: *{title}*\n",
+            "| item | what it shows | reproduce |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {_cell(row.item)} | {_cell(row.shows)} | {_how(row)} |"
+            for row in rows
+            if row.paper == paper
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(arguments: list[str]) -> None:
+    """Check the index at the first path and write its page to the second."""
+    if len(arguments) != 2:
+        raise SystemExit(
+            "usage: python -m layerlaws.pipeline.figure_index configs/paper_figures.yaml "
+            "docs/figures.md"
+        )
+    page = render(read_index(arguments[0]))
+    with atomic_path(Path(arguments[1])) as path:
+        path.write_text(page)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
