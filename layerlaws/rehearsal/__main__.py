@@ -10,8 +10,8 @@ resources. The run's console goes to ``snakemake.log`` there. It ends with the l
     rehearsal_jobs=<done>/<planned> figures=<made>/<indexed> peak_vs_plan_max=<r> minutes=<m>
 
 where ``figures`` counts the rows of the papers' figure index
-(``configs/paper_figures.yaml``) whose outputs were all made, and ``peak_vs_plan_max`` is the largest
-measured peak host memory over the memory the planner gave any job.
+(``configs/paper_figures.yaml``) whose outputs were all made, and ``peak_vs_plan_max`` is
+the largest measured peak host memory over the memory the planner gave any job.
 """
 
 from __future__ import annotations

@@ -166,6 +166,12 @@ def test_stand_ins_are_read_by_the_pipeline_hub_code_offline(hub_home, tmp_path)
     assert all(text.startswith("the ") for text, _ in cc + validation)
 
 
+HOLD = (
+    "python -c 'import time; x = bytearray({megabytes} * 10**6); time.sleep(2)' && touch {{output}}"
+)
+"""A job's shell command that holds ``megabytes`` MB for 2 s."""
+
+
 def test_job_uses_read_a_real_runs_extended_benchmarks(tmp_path):
     """A two-job workflow that holds 200 MB (planned 1000 MB) and 20 MB (planned 10 MB):
     ratios about 0.2 and above 2, worst first; a job without a mem_mb is left out."""
@@ -173,10 +179,10 @@ def test_job_uses_read_a_real_runs_extended_benchmarks(tmp_path):
         "rule all:\n    input: 'big.txt', 'small.txt', 'free.txt'\n"
         "rule big:\n    output: 'big.txt'\n    benchmark: 'benchmarks/big.tsv'\n"
         "    resources: mem_mb=1000\n"
-        "    shell: \"python -c 'import time; x = bytearray(200 * 10**6); time.sleep(2)' && touch {output}\"\n"
+        f'    shell: "{HOLD.format(megabytes=200)}"\n'
         "rule small:\n    output: 'small.txt'\n    benchmark: 'benchmarks/small/one.tsv'\n"
         "    resources: mem_mb=10\n"
-        "    shell: \"python -c 'import time; x = bytearray(20 * 10**6); time.sleep(2)' && touch {output}\"\n"
+        f'    shell: "{HOLD.format(megabytes=20)}"\n'
         "rule free:\n    output: 'free.txt'\n    benchmark: 'benchmarks/free.tsv'\n"
         "    shell: 'touch {output}'\n"
     )
@@ -193,4 +199,4 @@ def test_job_uses_read_a_real_runs_extended_benchmarks(tmp_path):
     assert (small.planned_mb, big.planned_mb) == (10, 1000)
     assert 200 <= big.peak_mb <= 400 and 0.2 <= big.ratio <= 0.4
     assert small.ratio > 2 and small.peak_mb == pytest.approx(small.ratio * 10)
-    assert MIB == pytest.approx(1.048576)
+    assert pytest.approx(1.048576) == MIB
