@@ -230,8 +230,10 @@ class HubDataset:
     groups: dict[tuple[str, tuple[tuple[str, Any], ...]], RowGroup]
 
 
-SUMMARY_WORDS = 1
-"""Words per row of a dataset no training reads: one summary each."""
+PROBING_WORDS = 450
+"""Words per row (at least) of a dataset no training reads: about 550 tokens, so that even
+a one-text sample gives the masked-LM probe (15 % of the tokens) more
+regression rows than the stand-ins' hidden size, WIDTH + 1 = 65."""
 
 
 def hub_datasets(config: Mapping[str, Any]) -> list[HubDataset]:
@@ -258,7 +260,7 @@ def hub_datasets(config: Mapping[str, Any]) -> list[HubDataset]:
         if where:
             other = tuple((field, "other") for field, _ in where)
             entry.groups[split, other] = _larger(
-                entry.groups.get((split, other)), RowGroup(split, other, 8, SUMMARY_WORDS)
+                entry.groups.get((split, other)), RowGroup(split, other, 8, PROBING_WORDS)
             )
     return list(found.values())
 
@@ -273,8 +275,8 @@ def _larger(old: RowGroup | None, new: RowGroup) -> RowGroup:
 def _training_words(config: Mapping[str, Any], dataset: str, texts: int) -> int:
     """Words per text that the trainings on ``dataset`` need from a sample of ``texts``
     texts: their packed sequences (steps × batch_size / epochs, and the held-out ones),
-    twice over; one summary's when no training reads it."""
-    needed = SUMMARY_WORDS
+    twice over; ``PROBING_WORDS`` when no training reads it."""
+    needed = PROBING_WORDS
     for training in config["training"].values():
         if dataset in (training["dataset"], training.get("held_out")):
             sequences = training["steps"] * training["batch_size"] // (training.get("epochs") or 1)

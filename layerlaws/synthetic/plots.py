@@ -340,8 +340,15 @@ def _profile(
     """Probability rows (k, vocab) drawn against the tokens where any is non-zero, side by
     side (the gap between the anchors and the keys left out, a dotted line where tokens
     are skipped); ``own`` (k,), the token of each row whose value is P(α ∈ X | α ∈ X) = 1:
-    the y axis is cut below these, which the title says."""
+    the y axis is cut below these, which the title says. Rows that are all zero (no
+    training sample holds the label: a small ``synthetic.n_samples``) leave the panel
+    empty, saying so."""
     tokens = np.flatnonzero(rows.any(axis=0))
+    if not len(tokens):
+        axis.text(0.5, 0.5, "no training sample holds this label", ha="center", va="center",
+                  transform=axis.transAxes, fontsize=7)  # fmt: skip
+        axis.set_title(title, fontsize=7)
+        return
     positions = np.arange(len(tokens))
     for values, name, colour in zip(rows, names, colours, strict=True):
         axis.plot(
@@ -408,7 +415,8 @@ def plot_distinct_signatures(
         found = signatures[task]
         shown = np.array([0, len(found["anchors"]) - 1])
         _signature_panel(axis, found, task, KEY_SIGNATURE[task], shown_labels.of(task), shown)
-        axis.legend(fontsize=6)
+        if axis.lines:  # none where no sample holds the label
+            axis.legend(fontsize=6)
     inputs = str(next(iter(signatures.values()))["signature_inputs"])
     figure.suptitle(
         f"The signature that differs across anchors ({INPUT_LABELS[inputs]})", fontsize=9

@@ -18,8 +18,13 @@ from snakemake_runs import run_ok, write_config
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.geometry import cosine_matrix, off_diagonal
 from layerlaws.synthetic.models import accuracy, initial_embeddings, train_addition
-from layerlaws.synthetic.plots import anchor_rows, plot_dynamics, plot_weight_pca
-from layerlaws.synthetic.settings import SyntheticTrainingSettings
+from layerlaws.synthetic.plots import (
+    anchor_rows,
+    plot_distinct_signatures,
+    plot_dynamics,
+    plot_weight_pca,
+)
+from layerlaws.synthetic.settings import ShownLabels, SyntheticTrainingSettings
 from layerlaws.synthetic.summary import alignment
 from layerlaws.synthetic.tasks import (
     SIGNATURE_INPUTS,
@@ -265,6 +270,33 @@ def test_a_shown_label_outside_the_task_is_named():
     np.testing.assert_array_equal(rows[3], found.context_given_label[3].reshape(vocab, vocab)[120])
     with pytest.raises(LayerlawsError, match=r"shown_labels\.mod: 160 is not a label.*101…140"):
         anchor_rows(arrays, "mod", "context_given_label", 160)
+
+
+def test_a_label_no_sample_holds_leaves_its_panel_empty_saying_so(tmp_path):
+    """A small sample (the rehearsal's 50 of f_mod) can miss the label Fig. 1A shows: the
+    panel says so instead of the figure job failing."""
+    task = AdditionTask.of("mod", ANCHORS, KEYS)
+    inputs = task.inputs()
+    shown_anchors = np.isin(inputs[:, 1:], [task.anchors[0], task.anchors[-1]]).any(axis=1)
+    kept = (task.labels(inputs) != 120) | ~shown_anchors  # 120 a label, not of those anchors
+    found = signatures(task, inputs[kept], task.labels(inputs[kept]))
+    arrays = {
+        "anchors": np.array(task.anchors),
+        "label": found.label,
+        "context_given_label": found.context_given_label,
+        "label_domain": found.label_domain,
+        "signature_inputs": np.array("all"),
+    }
+    assert not anchor_rows(arrays, "mod", "context_given_label", 120)[[0, -1]].any()
+    options = {"format": "svg", "dpi": 50, "width": 6.0}
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        plot_distinct_signatures(
+            {"mod": arrays},
+            ShownLabels(add=150, add_same_range=120, mod=120),
+            path=tmp_path / "s.svg",
+            options=options,
+        )
+    assert "no training sample holds this label" in (tmp_path / "s.svg").read_text()
 
 
 def test_the_figures_say_what_they_show(tmp_path):
