@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,12 +39,31 @@ FIGURE_INDEX = REPOSITORY / "configs" / "paper_figures.yaml"
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m layerlaws.rehearsal", description=__doc__)
-    parser.add_argument("--config", default=str(REPOSITORY / "configs" / "paper.yaml"))
-    parser.add_argument("--divide-counts-by", type=int, default=100, metavar="FACTOR")
-    parser.add_argument("--folder", default="results/rehearsal")
-    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--config", default=str(REPOSITORY / "configs" / "paper.yaml"), help="the config rehearsed"
+    )
+    parser.add_argument(
+        "--divide-counts-by",
+        type=int,
+        default=1000,
+        metavar="FACTOR",
+        help="rehearsal.divide_counts_by: texts, prompts, training steps, epochs … / FACTOR",
+    )
+    parser.add_argument(
+        "--folder", default="results/rehearsal", help="made anew: stand-ins, results, console"
+    )
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="--cores of the run")
     parser.add_argument(
         "--figure-index", default=str(FIGURE_INDEX), help="the figure index checked"
+    )
+    parser.add_argument(
+        "--settings",
+        help="a config file of settings added to the rehearsal's (e.g. shards, to rehearse them)",
+    )
+    parser.add_argument(
+        "--snakemake",
+        default="",
+        help="more options for the run, one string (e.g. '--profile profiles/slurm --jobs 2')",
     )
     parser.add_argument("targets", nargs="*", help="outputs or rules to make (default: all)")
     return parser.parse_args(argv)
@@ -84,6 +104,17 @@ def _figures(index: Path, folder: Path) -> tuple[int, int]:
     return made_outputs(read_index(index), folder)
 
 
+def _merged(base: dict, extra: dict) -> dict:
+    """``base`` updated by ``extra``, block by block, as Snakemake merges config files."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def main(argv: list[str]) -> int:
     arguments = _arguments(argv)
     folder = Path(arguments.folder).resolve()
@@ -96,8 +127,12 @@ def main(argv: list[str]) -> int:
     }
     overlay = folder / "rehearsal.yaml"
     overlay.write_text(yaml.safe_dump(settings))
-    config = yaml.safe_load(Path(arguments.config).read_text())
-    config["rehearsal"] = settings["rehearsal"]
+    configs = [Path(arguments.config).resolve(), overlay]
+    if arguments.settings:
+        configs.append(Path(arguments.settings).resolve())
+    config: dict = {}
+    for path in configs:
+        config = _merged(config, yaml.safe_load(path.read_text()))
     started = time.monotonic()
     models, datasets = write_standins(divided_counts(with_defaults(config)), folder / "hf")
     print(f"stand-ins of {models} hub models and {datasets} hub datasets in {folder / 'hf'}")
@@ -108,7 +143,7 @@ def main(argv: list[str]) -> int:
         "HF_DATASETS_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
-    command = _snakemake(folder, [Path(arguments.config).resolve(), overlay])
+    command = _snakemake(folder, configs)
     planned = _job_count([*command, *arguments.targets], environment)
     print(f"{planned} jobs planned; the run's console: {folder / 'snakemake.log'}", flush=True)
     with (folder / "snakemake.log").open("w") as console:
@@ -121,6 +156,7 @@ def main(argv: list[str]) -> int:
                 f"gpu={arguments.cores}",
                 "--benchmark-extended",
                 "--keep-going",
+                *shlex.split(arguments.snakemake),
                 *arguments.targets,
             ],
             stdout=console,
