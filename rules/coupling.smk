@@ -28,8 +28,6 @@ rule measure_coupling:
         streams=f"{LAYOUT.trajectories()}/streams.npz",
     log:
         LAYOUT.log("measure_coupling", "{model}", "{prompts}"),
-    benchmark:
-        LAYOUT.benchmark("measure_coupling", "{model}", "{prompts}")
     threads: MODEL_THREADS
     resources:
         **needs(PLANNER.measure_coupling),
@@ -50,8 +48,6 @@ rule measure_coupling_shard:
         LAYOUT.coupling_shard(),
     log:
         LAYOUT.log("measure_coupling_shard", "{model}", "{prompts}", "{shard}"),
-    benchmark:
-        LAYOUT.benchmark("measure_coupling_shard", "{model}", "{prompts}", "{shard}")
     threads: MODEL_THREADS
     resources:
         **needs(PLANNER.measure_coupling_shard),

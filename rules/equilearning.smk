@@ -25,8 +25,6 @@ rule equilearning_pass:
         token_states=f"{LAYOUT.equilearning()}/token_views.npz",
     log:
         LAYOUT.log("equilearning_pass", "{model}", "{dataset}"),
-    benchmark:
-        LAYOUT.benchmark("equilearning_pass", "{model}", "{dataset}")
     threads: MODEL_THREADS
     resources:
         **needs(PLANNER.equilearning_pass),
@@ -46,8 +44,6 @@ rule equilearning_pass_shard:
         LAYOUT.equilearning_shard(),
     log:
         LAYOUT.log("equilearning_pass_shard", "{model}", "{dataset}", "{shard}"),
-    benchmark:
-        LAYOUT.benchmark("equilearning_pass_shard", "{model}", "{dataset}", "{shard}")
     threads: MODEL_THREADS
     resources:
         **needs(PLANNER.equilearning_pass_shard),

@@ -11,8 +11,6 @@ rule extract_hidden:
         directory(LAYOUT.hidden()),
     log:
         LAYOUT.log("extract_hidden", "{model}", "{dataset}"),
-    benchmark:
-        LAYOUT.benchmark("extract_hidden", "{model}", "{dataset}")
     threads: MODEL_THREADS
     resources:
         **needs(PLANNER.extract_hidden),

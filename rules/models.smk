@@ -9,8 +9,6 @@ rule prepare_model:
         directory(LAYOUT.model()),
     log:
         LAYOUT.log("prepare_model", "{model}"),
-    benchmark:
-        LAYOUT.benchmark("prepare_model", "{model}")
     # Before other ready jobs: a training's tokenizer model starts its chain, the longest.
     priority: 50
     params:

@@ -30,8 +30,6 @@ rule count_tokens:
         bigrams=f"{LAYOUT.signatures()}/bigrams.parquet",
     log:
         LAYOUT.log("count_tokens", "{model}", "{dataset}"),
-    benchmark:
-        LAYOUT.benchmark("count_tokens", "{model}", "{dataset}")
     wildcard_constraints:
         dataset=DATASET_KEYS,
     threads: 2
@@ -65,8 +63,6 @@ rule count_training_tokens:
         bigrams=f"{LAYOUT.training_counts()}/bigrams.parquet",
     log:
         LAYOUT.log("count_training_tokens", "{training}"),
-    benchmark:
-        LAYOUT.benchmark("count_training_tokens", "{training}")
     threads: 2
     resources:
         mem_mb=EXECUTION.duckdb_memory_mb,
@@ -83,8 +79,6 @@ rule pool_counts:
         bigrams=f"{LAYOUT.signatures()}/bigrams.parquet",
     log:
         LAYOUT.log("pool_counts", "{model}", "{dataset}"),
-    benchmark:
-        LAYOUT.benchmark("pool_counts", "{model}", "{dataset}")
     wildcard_constraints:
         dataset=POOL_KEYS,
     threads: 2

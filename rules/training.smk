@@ -44,8 +44,6 @@ rule train_checkpoint:
         LAYOUT.step_record(),
     log:
         LAYOUT.log("train_checkpoint", "{training}", "{step}"),
-    benchmark:
-        LAYOUT.benchmark("train_checkpoint", "{training}", "{step}")
     wildcard_constraints:
         step=r"\d+",
     priority: 50

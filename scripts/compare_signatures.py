@@ -32,4 +32,4 @@ def main() -> None:
     write_json(snakemake.output.summary, result.summary)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -34,4 +34,4 @@ def main() -> None:
     print(gpu_hours_line(rows, snakemake.params.gpus), flush=True)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -66,4 +66,4 @@ def main() -> None:
     saves.finish()
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -14,4 +14,4 @@ def main() -> None:
     write_csv(snakemake.output.fuzziness, fuzziness_law_table(fuzziness))
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

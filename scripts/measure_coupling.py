@@ -77,4 +77,4 @@ def main() -> None:
         logging.getLogger("layerlaws").info("progress saves: %s", saves.finish())
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

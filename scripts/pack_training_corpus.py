@@ -54,4 +54,4 @@ def main() -> None:
     write_json(snakemake.output.corpus, facts)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

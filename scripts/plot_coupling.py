@@ -42,4 +42,4 @@ def main() -> None:
         plot_pca(dict(archive), path=output.pca, title=title, options=options)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -28,4 +28,4 @@ def main() -> None:
     plot_token_views(views, path=output.token_views, title=title, options=options)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -27,4 +27,4 @@ def main() -> None:
         draw(summary, fits, path=figure, title=params.title, options=params.plots)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

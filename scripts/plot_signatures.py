@@ -19,4 +19,4 @@ def main() -> None:
     plot_per_token(per_token, path=output.per_token, title=title, options=options)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -15,4 +15,4 @@ def main() -> None:
     plot_summary(tables, summary, path=snakemake.output[0], options=snakemake.params.plots)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

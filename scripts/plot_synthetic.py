@@ -38,4 +38,4 @@ def main() -> None:
         plot_weight_pca(weights, tasks, model, weight, path=getattr(output, name), options=options)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

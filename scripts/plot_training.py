@@ -22,4 +22,4 @@ def main() -> None:
     )
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

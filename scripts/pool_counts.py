@@ -13,4 +13,4 @@ def main() -> None:
             pool_counts(connection, kind, snakemake.input[kind], snakemake.output[kind])
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -13,4 +13,4 @@ def main() -> None:
     logging.getLogger("layerlaws").info("prepared %s", facts)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -15,4 +15,4 @@ def main() -> None:
     write_parquet(snakemake.output[0], sentences)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -20,4 +20,4 @@ def main() -> None:
     write_csv(snakemake.output.best, best_datasets(summary))
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -40,4 +40,4 @@ def main() -> None:
     )
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -16,4 +16,4 @@ def main() -> None:
     write_csv(snakemake.output.summary, summarize(*results))
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -29,4 +29,4 @@ def main() -> None:
     write_csv(output.summary, pl.DataFrame(signature_table(task, found)))
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

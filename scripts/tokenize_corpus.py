@@ -24,4 +24,4 @@ def main() -> None:
     logging.getLogger("layerlaws").info("signature corpus: %s", counts)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

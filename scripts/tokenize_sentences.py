@@ -23,4 +23,4 @@ def main() -> None:
     write_parquet(snakemake.output[0], tokens)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -23,4 +23,4 @@ def main() -> None:
     write_json(snakemake.output.summary, training_summary(records, corpus))
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

@@ -20,4 +20,4 @@ def main() -> None:
     logging.getLogger("layerlaws").info("trained tokens: %s", counts)
 
 
-run_logged(main, snakemake.log[0])
+run_logged(main, snakemake.log[0], snakemake.resources)

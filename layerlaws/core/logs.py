@@ -4,10 +4,13 @@ local Snakemake run shows, a cluster job's output file), and the progress of lon
 from __future__ import annotations
 
 import logging
+import re
+import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from layerlaws.core.disk import disk_problem
 from layerlaws.core.errors import LayerlawsError
@@ -37,9 +40,41 @@ def _log_file(log_path: str) -> logging.Handler:
     return handler
 
 
-def run_logged(step: Callable[[], None], log_path: str | None) -> None:
+USE_LINE = re.compile(
+    r"used (?P<seconds>[\d.]+) s and (?P<peak_mb>[\d,]+) MB of host memory at peak"
+    r"(?: of the (?P<planned_mb>[\d,]+) MB planned)?"
+)
+"""The last line of every job's log (``use_line``)."""
+
+
+def peak_memory_bytes() -> int:
+    """The peak resident memory of this process since it started, in bytes: the kernel's
+    high-water mark ``VmHWM`` of /proc/self/status (exact, not sampled, and of this
+    program alone: ``getrusage``'s ``ru_maxrss`` keeps the parent's across fork and exec,
+    so a job started by a 300 MB Snakemake would show 300 MB at least); ``ru_maxrss``
+    where there is no /proc."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    found = re.search(r"^VmHWM:\s+(\d+) kB$", status, re.M)
+    return int(found.group(1)) * 1024 if found else 0
+
+
+def use_line(seconds: float, planned_mb: float | None) -> str:
+    """What the job used: ``seconds`` of wall time and its peak resident memory in MB
+    (``peak_memory_bytes``), beside the host memory it was given (``mem_mb``)."""
+    line = f"used {seconds:.1f} s and {peak_memory_bytes() / 10**6:,.0f} MB of host memory at peak"
+    return line if planned_mb is None else f"{line} of the {planned_mb:,.0f} MB planned"
+
+
+def run_logged(
+    step: Callable[[], None], log_path: str | None, resources: Mapping[str, Any] | None = None
+) -> None:
     """Run ``step`` with logging to ``log_path`` and stderr; a failure ends the process
-    with status 1 and is always on stderr, and in the log where it could be opened.
+    with status 1 and is always on stderr, and in the log where it could be opened. The
+    last line says what the job used (``use_line``) against the host memory its
+    ``resources`` (Snakemake's) gave it, success or failure.
 
     A problem the user can fix (``problem_line``: a LayerlawsError, a full or unwritable
     disk) is logged as one clear line; any other exception (a bug, or a failure of a
@@ -53,6 +88,8 @@ def run_logged(step: Callable[[], None], log_path: str | None) -> None:
         force=True,
     )
     log = logging.getLogger("layerlaws")
+    started = time.monotonic()
+    planned = (resources or {}).get("mem_mb")
     try:
         if log_path:
             logging.getLogger().addHandler(_log_file(log_path))
@@ -67,6 +104,8 @@ def run_logged(step: Callable[[], None], log_path: str | None) -> None:
         else:
             log.error("%s", line)
         sys.exit(1)
+    finally:
+        log.info("%s", use_line(time.monotonic() - started, planned))
 
 
 def duration(seconds: float) -> str:

@@ -149,12 +149,6 @@ class Layout:
         """The log of a job of ``rule``, named by its ``keys`` (wildcard patterns)."""
         return "/".join((f"{self.root}/logs/{rule}", *keys)) + ".log"
 
-    def benchmark(self, rule: str, *keys: str) -> str:
-        """What a job of ``rule`` used (Snakemake's ``benchmark:`` file: seconds, peak
-        memory ``max_rss`` in MiB, …; with ``--benchmark-extended`` also the resources it
-        was given), named by its ``keys`` (wildcard patterns)."""
-        return "/".join((f"{self.root}/benchmarks/{rule}", *keys)) + ".tsv"
-
     def folders(self) -> dict[str, str]:
         """Every folder method's pattern (wildcards unfilled), by method name."""
         return {

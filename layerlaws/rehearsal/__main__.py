@@ -4,8 +4,9 @@ datasets (``layerlaws.rehearsal.standins``) with its counts divided by one facto
 
 Into ``--folder`` (made anew): ``hf/``, the stand-ins' Hugging Face home; ``rehearsal.yaml``,
 the settings the rehearsal adds to the config (the factor, ``execution.device: cpu``);
-``results/``, the run's outputs, with a ``benchmarks/`` file per job that was given
-resources. The run's console goes to ``snakemake.log`` there. It ends with the line
+``results/``, the run's outputs, each job's log ending with what it used
+(``layerlaws.core.logs.use_line``). The run's console goes to ``snakemake.log`` there. It
+ends with the line
 
     rehearsal_jobs=<done>/<planned> figures=<made>/<indexed> peak_vs_plan_max=<r> minutes=<m>
 
@@ -154,7 +155,6 @@ def main(argv: list[str]) -> int:
                 str(arguments.cores),
                 "--resources",
                 f"gpu={arguments.cores}",
-                "--benchmark-extended",
                 "--keep-going",
                 *shlex.split(arguments.snakemake),
                 *arguments.targets,
@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
         )
     left = _job_count([*command, *arguments.targets], environment)
     minutes = (time.monotonic() - started) / 60
-    uses = job_uses(folder / "results" / "benchmarks")
+    uses = job_uses(folder / "results" / "logs")
     print(uses_table(uses))
     made, indexed = _figures(Path(arguments.figure_index), folder)
     worst = max((use.ratio for use in uses), default=float("nan"))

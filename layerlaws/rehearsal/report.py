@@ -1,18 +1,13 @@
-"""What a rehearsal's jobs used against what the planner asked for: the ``benchmark:``
-files Snakemake writes with ``--benchmark-extended`` (the peak resident memory
-``max_rss`` in MiB, sampled every 0.5 s for a job's first 30 s and every 30 s after, and
-the resources the job was given), one row per job that was given a host memory
-(``mem_mb``, in MB)."""
+"""What a rehearsal's jobs used against what the planner asked for: the last line of every
+job's log (``layerlaws.core.logs.use_line``: its wall time and exact peak resident memory,
+beside the host memory ``mem_mb`` it was given), one row per job that was given one."""
 
 from __future__ import annotations
 
-import ast
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-MIB = 2**20 / 10**6
-"""MB per MiB: Snakemake's max_rss is in MiB, mem_mb in MB."""
+from layerlaws.core.logs import USE_LINE
 
 
 @dataclass(frozen=True)
@@ -20,7 +15,7 @@ class JobUse:
     """One job's use of host memory against its plan."""
 
     job: str
-    """The benchmark file's path under ``benchmarks/``: rule/wildcards."""
+    """The log's path under ``logs/`` without its suffix: rule/wildcards."""
     seconds: float
     peak_mb: float
     """Peak resident memory, MB."""
@@ -33,25 +28,23 @@ class JobUse:
         return self.peak_mb / self.planned_mb
 
 
-def job_uses(benchmarks: Path) -> list[JobUse]:
-    """Every job under the folder ``benchmarks`` whose extended benchmark names a
-    ``mem_mb``, worst ratio first; a job whose peak was not sampled (``NA``) is left out."""
+def job_uses(logs: Path) -> list[JobUse]:
+    """Every job under the log folder ``logs`` whose last use line names a planned host
+    memory, worst ratio first (a job killed before its last line is left out)."""
     uses = []
-    for path in sorted(benchmarks.rglob("*.tsv")):
-        with path.open() as table:
-            rows = list(csv.DictReader(table, delimiter="\t"))
-        for row in rows:
-            resources = ast.literal_eval(row.get("resources") or "{}")
-            if "mem_mb" not in resources or row["max_rss"] in ("NA", "-"):
-                continue
-            uses.append(
-                JobUse(
-                    job=str(path.relative_to(benchmarks).with_suffix("")),
-                    seconds=float(row["s"]),
-                    peak_mb=float(row["max_rss"]) * MIB,
-                    planned_mb=float(resources["mem_mb"]),
-                )
+    for path in sorted(logs.rglob("*.log")):
+        found = list(USE_LINE.finditer(path.read_text(errors="replace")))
+        if not found or found[-1]["planned_mb"] is None:
+            continue
+        line = found[-1]
+        uses.append(
+            JobUse(
+                job=str(path.relative_to(logs).with_suffix("")),
+                seconds=float(line["seconds"]),
+                peak_mb=float(line["peak_mb"].replace(",", "")),
+                planned_mb=float(line["planned_mb"].replace(",", "")),
             )
+        )
     return sorted(uses, key=lambda use: -use.ratio)
 
 

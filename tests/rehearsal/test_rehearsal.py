@@ -20,7 +20,7 @@ from layerlaws.core.settings import with_defaults
 from layerlaws.models.loading import load_model
 from layerlaws.models.preparation import prepare_model
 from layerlaws.rehearsal.counts import divided_counts
-from layerlaws.rehearsal.report import MIB, job_uses
+from layerlaws.rehearsal.report import job_uses
 from layerlaws.rehearsal.standins import (
     LAYERS,
     WIDTH,
@@ -166,37 +166,25 @@ def test_stand_ins_are_read_by_the_pipeline_hub_code_offline(hub_home, tmp_path)
     assert all(text.startswith("the ") for text, _ in cc + validation)
 
 
-HOLD = (
-    "python -c 'import time; x = bytearray({megabytes} * 10**6); time.sleep(2)' && touch {{output}}"
-)
-"""A job's shell command that holds ``megabytes`` MB for 2 s."""
-
-
-def test_job_uses_read_a_real_runs_extended_benchmarks(tmp_path):
-    """A two-job workflow that holds 200 MB (planned 1000 MB) and 20 MB (planned 10 MB):
-    ratios about 0.2 and above 2, worst first; a job without a mem_mb is left out."""
-    (tmp_path / "Snakefile").write_text(
-        "rule all:\n    input: 'big.txt', 'small.txt', 'free.txt'\n"
-        "rule big:\n    output: 'big.txt'\n    benchmark: 'benchmarks/big.tsv'\n"
-        "    resources: mem_mb=1000\n"
-        f'    shell: "{HOLD.format(megabytes=200)}"\n'
-        "rule small:\n    output: 'small.txt'\n    benchmark: 'benchmarks/small/one.tsv'\n"
-        "    resources: mem_mb=10\n"
-        f'    shell: "{HOLD.format(megabytes=20)}"\n'
-        "rule free:\n    output: 'free.txt'\n    benchmark: 'benchmarks/free.tsv'\n"
-        "    shell: 'touch {output}'\n"
-    )
-    snakemake = Path(sys.executable).with_name("snakemake")
-    done = subprocess.run(
-        [str(snakemake), "--cores", "1", "--benchmark-extended", "--snakefile", "Snakefile"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    small, big = job_uses(tmp_path / "benchmarks")
+def test_job_uses_read_the_last_line_of_real_jobs_logs(tmp_path):
+    """Two jobs through ``run_logged`` (as every script of the workflow) that hold 200 MB
+    (planned 1,000 MB) and 20 MB (planned 10 MB): ratios about 0.2 and above 2, worst
+    first, from each log's last line; a job given no mem_mb, or killed before its last
+    line, is left out."""
+    jobs = {"big": (200, 1000), "small/one": (20, 10), "free": (1, None)}
+    for job, (megabytes, planned) in jobs.items():
+        resources = {} if planned is None else {"mem_mb": planned}
+        hold = (
+            "from layerlaws.core.logs import run_logged; "
+            f"run_logged(lambda: b'x' * ({megabytes} * 10**6), {str(tmp_path / job)!r} + "
+            f"'.log', {resources!r})"
+        )
+        subprocess.run([sys.executable, "-c", hold], check=True, capture_output=True)
+    (tmp_path / "killed.log").write_text("2026-01-01 INFO layerlaws: forward pass: 1 of 9\n")
+    small, big = job_uses(tmp_path)
     assert (small.job, big.job) == ("small/one", "big")
     assert (small.planned_mb, big.planned_mb) == (10, 1000)
-    assert 200 <= big.peak_mb <= 400 and 0.2 <= big.ratio <= 0.4
-    assert small.ratio > 2 and small.peak_mb == pytest.approx(small.ratio * 10)
-    assert pytest.approx(1.048576) == MIB
+    assert small.peak_mb > 20 and big.peak_mb - small.peak_mb == pytest.approx(180, abs=20)
+    assert 0.2 <= big.ratio <= 1 and small.ratio == pytest.approx(small.peak_mb / 10)
+    assert 0 <= big.seconds < 30
+    assert "of host memory at peak" in (tmp_path / "free.log").read_text().splitlines()[-1]
