@@ -8,6 +8,8 @@
 # - Execution settings (the config's `execution` block) change how a job runs, never what
 #   it computes: they are never params. Rules read them through EXECUTION (for resources),
 #   scripts through layerlaws.pipeline.execution.Execution.from_config(snakemake.config).
+import os
+
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
@@ -19,6 +21,7 @@ from layerlaws.core.config_errors import (
     schema_problems,
 )
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.downloads import OFFLINE_VARIABLES as HUB_OFFLINE_VARIABLES
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
@@ -76,6 +79,14 @@ if workflow.is_main_process:
             logger.warning(
                 f"Warning: {problem}; else the jobs that claim a GPU stop the run."
             )
+# A job Snakemake runs elsewhere (a cluster job, on a compute node that may have no
+# internet) reads the Hugging Face hub offline: local jobs on the submitting host fetched
+# the models and sampled the hub datasets before it (`snakemake download`,
+# docs/gpus-and-clusters.md#compute-nodes-without-internet). HF_HUB_OFFLINE=0 and
+# HF_DATASETS_OFFLINE=0 exported before the run let the cluster jobs go online.
+if not workflow.is_main_process:
+    for variable in HUB_OFFLINE_VARIABLES:
+        os.environ.setdefault(variable, "1")
 PLOT_FORMAT = config["plots"]["format"]
 TARGETS = Targets(EXPANDED, LAYOUT, PLOT_FORMAT)
 # Threads of the jobs that run a model (passes, hidden states, coupling, training): half
@@ -135,6 +146,14 @@ def model_preparation(wildcards):
 
 def trained_weights(wildcards):
     return TARGETS.trained_weights(wildcards.model)
+
+
+def model_download(wildcards):
+    return TARGETS.model_download(wildcards.model)
+
+
+def download_settings(wildcards):
+    return TARGETS.download_settings(wildcards.model)
 
 
 def initial_model(wildcards):

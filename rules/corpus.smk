@@ -10,6 +10,10 @@ rule sample_sentences:
         LAYOUT.log("sample_sentences", "{dataset}"),
     # Before other ready jobs: a training's corpus starts its chain, the longest.
     priority: 50
+    # Reads a hub dataset (streamed, for the large corpora, which cannot be downloaded
+    # whole) and writes a small sample: a local rule, so that under a cluster executor it
+    # runs on the submitting host, where the network is; light on the CPU.
+    localrule: True
     params:
         source=lambda wildcards: dataset_config(wildcards)["source"],
         n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],

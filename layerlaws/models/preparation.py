@@ -27,9 +27,10 @@ from layerlaws.models.architectures import (
     auto_class,
 )
 from layerlaws.models.checkpoints import checkpoint_keys, lm_head_trained
+from layerlaws.models.downloads import hub_snapshot, read_config
 from layerlaws.models.facts import MODEL_METADATA, ModelFacts, model_facts, weights_dtype
 from layerlaws.models.parts import assembled_file
-from layerlaws.models.weight_files import check_config_json, readable_gguf, readable_safetensors
+from layerlaws.models.weight_files import readable_gguf, readable_safetensors
 
 GGUF_KINDS = ("gguf_package", "gguf_file", "package_parts")
 FOLDER_KINDS = ("local", "package_folder")
@@ -79,54 +80,6 @@ def _from_gguf(gguf: Path) -> tuple[Any, Any, bool]:
     return model, tokenizer, lm_head_trained(quantised, stored)
 
 
-HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
-"""What is fetched of a hub model: config, safetensors weights, tokenizer files (weights
-only as ``.bin`` when a repository has no safetensors)."""
-
-
-def _hub_snapshot(model_id: str, revision: str | None, subfolder: str | None) -> Path:
-    """The local folder of a hub model in the Hugging Face cache (downloaded there once,
-    used where it lies): the repository's root, or its ``subfolder`` for repositories that
-    hold several models (e.g. the data-constrained GPT-2 models of Muennighoff et al.)."""
-    from huggingface_hub import snapshot_download
-
-    prefix = f"{subfolder.strip('/')}/" if subfolder else ""
-
-    def fetch(patterns: list[str]) -> Path:
-        allowed = [prefix + pattern for pattern in patterns]
-        return Path(snapshot_download(model_id, revision=revision, allow_patterns=allowed)) / prefix
-
-    folder = fetch(HUB_FILES)
-    if not any(folder.glob("*.safetensors")):
-        folder = fetch([*HUB_FILES, "*.bin"])
-    return folder
-
-
-def read_config(
-    where: str, revision: str | None, trust_remote_code: bool, subfolder: str | None = None
-) -> Any:
-    """The config of a hub id (or its ``subfolder``) or local folder, checked against the
-    architecture table before any weights are fetched."""
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(
-            where,
-            revision=revision,
-            subfolder=subfolder or "",
-            trust_remote_code=trust_remote_code,
-        )
-    except Exception as error:
-        check_config_json(Path(where, subfolder or ""))
-        inside = f", subfolder {subfolder!r}" if subfolder else ""
-        raise LayerlawsError(
-            f"could not load model {where!r} (revision {revision!r}{inside}): {error}. Check "
-            f"the id or folder and (for the hub) that this machine can reach it"
-        ) from error
-    architecture_of(config)
-    return config
-
-
 def _model_folder(source: Mapping[str, Any]) -> Path:
     """The folder of a ``local`` or ``package_folder`` source."""
     if source["kind"] == "package_folder":
@@ -137,26 +90,21 @@ def _model_folder(source: Mapping[str, Any]) -> Path:
     return folder
 
 
-def _weights_folder(source: Mapping[str, Any], trust_remote_code: bool) -> tuple[Path, Any]:
-    """(folder of the weights and tokenizer, config) of a hub, local or packaged folder."""
+def _weights_folder(
+    source: Mapping[str, Any], trust_remote_code: bool, commit: str | None
+) -> tuple[Path, Any]:
+    """(folder of the weights and tokenizer, config) of a hub (at ``commit`` when given),
+    local or packaged folder."""
     if source["kind"] in FOLDER_KINDS:
         folder = _model_folder(source)
-        return folder, read_config(str(folder), None, trust_remote_code)
-    if source["kind"] != "hub":
+    elif source["kind"] == "hub":
+        folder = hub_snapshot(source, trust_remote_code, commit)
+    else:
         raise LayerlawsError(
             f"unknown model source kind {source['kind']!r}; use hub, local, package_folder, "
             f"gguf_package, package_parts or gguf_file"
         )
-    revision, subfolder = source.get("revision"), source.get("subfolder")
-    config = read_config(source["id"], revision, trust_remote_code, subfolder)
-    try:
-        return _hub_snapshot(source["id"], revision, subfolder), config
-    except Exception as error:
-        raise LayerlawsError(
-            f"could not fetch the weights of {source['id']!r}: {error}. Check that this machine "
-            f"can reach the hub (and, for a gated model, that you accepted its licence and ran "
-            f"`hf auth login` or set HF_TOKEN)"
-        ) from error
+    return folder, read_config(str(folder), None, trust_remote_code)
 
 
 def source_config(model_config: Mapping[str, Any]) -> Any:
@@ -221,10 +169,17 @@ def randomly_initialised(model: Any, init_seed: int) -> Any:
     return auto_class(config.model_type).from_config(config, dtype=torch.float32)
 
 
-def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> ModelFacts:
+def prepare_model(
+    model_config: Mapping[str, Any],
+    out_folder: str | Path,
+    download: Mapping[str, Any] | None = None,
+) -> ModelFacts:
     """Prepare a model from its configured source: write its facts into ``out_folder``
     (which must not exist; the caller renames it into place), and its weights only where
-    they lie nowhere else.
+    they lie nowhere else. A hub model is fetched into the Hugging Face cache
+    (``layerlaws.models.downloads.hub_snapshot``), or, given the record of its
+    ``download`` (``downloads.download_model``), read there at the recorded commit without
+    fetching anything.
 
     ``model_config`` holds ``source`` (see the config schema), ``init`` (``trained`` or
     ``random``: a randomly initialised twin of the same architecture, seeded by
@@ -242,7 +197,8 @@ def prepare_model(model_config: Mapping[str, Any], out_folder: str | Path) -> Mo
         model, tokenizer, head_trained = _from_gguf(gguf_location(source))
         weights = None
     else:
-        folder, config = _weights_folder(source, remote_code)
+        commit = None if download is None else download["commit"]
+        folder, config = _weights_folder(source, remote_code, commit)
         model, weights = skeleton_of(config, remote_code), str(folder)
         head_trained = lm_head_trained(model, checkpoint_keys(folder))
         if source.get("tokenizer_vocabulary"):

@@ -61,6 +61,11 @@ class Layout:
         """A prepared model's folder."""
         return f"{self.root}/models/{model}"
 
+    def model_download(self, model: str = MODEL) -> str:
+        """The record of a hub model's download into the Hugging Face cache (its snapshot
+        and commit), which its preparation reads."""
+        return f"{self.root}/downloads/{model}.json"
+
     def model_facts(self, model: str = MODEL) -> str:
         """A prepared model's facts file."""
         return f"{self.model(model)}/{MODEL_METADATA}"
@@ -183,6 +188,7 @@ class Layout:
                 "checkpoint_manifest",
                 "step_record",
                 "sentences",
+                "model_download",
                 "model_facts",
                 "tokens",
                 "evaluation",

@@ -16,6 +16,7 @@ from typing import Any
 
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
+from layerlaws.pipeline.preflight import prepared_models
 from layerlaws.pipeline.stages import STAGES
 from layerlaws.text.corpus import prompt_datasets
 from layerlaws.training.plan import TrainingSpec, previous_segment_end, segment_ends
@@ -129,6 +130,75 @@ class Targets:
     def held_out_sentences(self, training: str) -> list[str]:
         held_out = self.config["training"][training]["held_out"]
         return [] if held_out is None else [self.layout.sentences(held_out)]
+
+    def model_download(self, model: str) -> list[str]:
+        """The record of a hub model's download, which its preparation reads (none for a
+        model from another source)."""
+        hub = self.expanded.models[model]["source"]["kind"] == "hub"
+        return [self.layout.model_download(model)] if hub else []
+
+    def download_settings(self, model: str) -> dict[str, Any]:
+        """What a hub model's download depends on: its source and ``trust_remote_code``."""
+        settings = self.expanded.models[model]
+        return {
+            "source": copy.deepcopy(settings["source"]),
+            "trust_remote_code": settings.get("trust_remote_code", False),
+        }
+
+    def _hub_dataset(self, dataset: str) -> bool:
+        return self.config["datasets"][dataset]["source"]["kind"] == "hub"
+
+    def _counted_corpora(self) -> list[tuple[str, str]]:
+        """(tokenizer owner, dataset) of every corpus whose whole source is tokenised for
+        the signatures (``tokenize_corpus``): each dataset of a signature run not counted
+        from a training's sequences, and every member of a pool."""
+        pools = self.config["signatures"]["pools"]
+        found = []
+        for model, corpus in self.expanded.signature_runs:
+            if corpus in pools:
+                members = pools[corpus]
+            else:
+                members = [] if self.expanded.counted_training(model, corpus) else [corpus]
+            found += [(self.expanded.tokenizer_owner(model), member) for member in members]
+        return list(dict.fromkeys(found))
+
+    def _read_samples(self) -> list[str]:
+        """The datasets whose samples the workflow's jobs read: those of the equi-learning
+        runs, of the coupling runs' prompt sets, the trainings' datasets and held-out sets,
+        and what they and the corpora counted for the signatures leave out, and theirs."""
+        config, datasets = self.config, self.config["datasets"]
+        names = [dataset for _, dataset in self.expanded.runs]
+        for _, prompts in self.expanded.coupling_runs:
+            names += prompt_datasets(config["coupling"]["prompts"][prompts])
+        for training in config["training"].values():
+            names += [training["dataset"], training["held_out"]]
+        for _, corpus in self._counted_corpora():
+            names += datasets[corpus]["exclude"]
+        found = [name for name in dict.fromkeys(names) if name in datasets]
+        for name in found:  # found grows as it is read: what each leaves out, then theirs
+            found += [other for other in datasets[name]["exclude"] if other not in found]
+        return found
+
+    def hub_reads(self) -> list[str]:
+        """What ``snakemake download`` makes where the network is: every output whose job
+        reads the Hugging Face hub. The download records of the hub models the workflow
+        prepares, the samples of the hub datasets its jobs read and the token shards of the
+        hub corpora counted for the signatures (each a whole corpus, read by its
+        ``tokenize_corpus`` job)."""
+        models = [self.model_download(model) for model in prepared_models(self.expanded)]
+        return [
+            *(path for paths in models for path in paths),
+            *(
+                self.layout.sentences(name)
+                for name in self._read_samples()
+                if self._hub_dataset(name)
+            ),
+            *(
+                f"{self.layout.signatures(owner, corpus)}/shards"
+                for owner, corpus in self._counted_corpora()
+                if self._hub_dataset(corpus)
+            ),
+        ]
 
     def trained_weights(self, model: str) -> list[str]:
         """A training checkpoint's weights exist once its training reached its step (the

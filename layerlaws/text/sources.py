@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Set
 from itertools import islice
 from pathlib import Path
@@ -174,6 +175,22 @@ def _matches(where: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
     return lambda row: all(field_value(row, name) == value for name, value in where.items())
 
 
+def _offline_miss(source: Mapping[str, Any]) -> LayerlawsError:
+    """The one line of a hub dataset that a job running offline does not find in the
+    datasets cache (a cluster job, whose node may have no internet)."""
+    import datasets
+
+    variable = "HF_DATASETS_OFFLINE" if os.environ.get("HF_DATASETS_OFFLINE") else "HF_HUB_OFFLINE"
+    return LayerlawsError(
+        f"dataset {source['name']!r} (config {source.get('config')!r}, split "
+        f"{source.get('split', 'train')!r}) is not in the Hugging Face datasets cache "
+        f"{datasets.config.HF_DATASETS_CACHE} and this job runs offline ({variable}=1): run "
+        f"`snakemake download` (with this run's --configfile) on a machine with the network "
+        f"first (it samples the hub datasets and tokenises the hub corpora counted for the "
+        f"signatures), or give the dataset as local files (source kind: files)"
+    )
+
+
 def _load_hub_dataset(source: Mapping[str, Any]) -> Any:
     """A Hugging Face dataset (map-style, or iterable when ``streaming``), restricted to the
     rows that match the source's ``where`` (e.g. one subset of the Pile by
@@ -191,6 +208,8 @@ def _load_hub_dataset(source: Mapping[str, Any]) -> Any:
         where = source.get("where")
         return dataset.filter(_matches(where)) if where else dataset
     except Exception as error:
+        if datasets.config.HF_HUB_OFFLINE and isinstance(error, ConnectionError):
+            raise _offline_miss(source) from error
         raise LayerlawsError(
             f"could not load dataset {source['name']!r} (config {source.get('config')!r}, "
             f"split {source.get('split', 'train')!r}): {error}. Check the name, config and "

@@ -46,7 +46,7 @@ def test_every_rule_output_lies_where_the_layout_puts_it(rules):
 def test_every_rule_logs_where_the_layout_puts_it(rules):
     layout = Layout()
     for rule in rules:
-        if rule.name == "all":
+        if rule.name in ("all", "download"):  # targets: no job of their own
             continue
         (log,) = patterns(rule.log)
         assert log == layout.log(rule.name, *re.findall(r"\{\w+\}", log)), rule.name

@@ -423,6 +423,8 @@ def test_paper_config_dry_runs(tmp_path):
     assert jobs["measure_coupling"] == 73
     # 13 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
     assert jobs["sample_sentences"] == 25
+    # Every hub model (a revision is a model of its own) is downloaded before it is prepared.
+    assert jobs["download_model"] == jobs["prepare_model"] - 5 == 112
     assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
 
 

@@ -5,6 +5,7 @@ config's hub id (the dataset read from a local folder through the same hub loade
 
 from __future__ import annotations
 
+import json
 import re
 
 import polars as pl
@@ -19,6 +20,7 @@ from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner
 
 CONFIG = REPO / "configs" / "your-own-model.yaml"
+COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
 
 
 def readme_block() -> str:
@@ -60,7 +62,7 @@ def test_it_plans_the_8b_model_offline(tmp_path):
 def fake_hub_model(llama_folder):
     """A tiny Llama in the Hugging Face cache under the config's hub id, removed after."""
     model_id = yaml.safe_load(CONFIG.read_text())["models"]["llama3.1-8b"]["source"]["id"]
-    with cached_snapshot(llama_folder, model_id, "fedcba9876543210fedcba9876543210fedcba98"):
+    with cached_snapshot(llama_folder, model_id, COMMIT):
         yield model_id
 
 
@@ -74,6 +76,8 @@ def test_it_runs_as_written_on_a_fake_hub_cache(fake_hub_model, texts, tmp_path)
     workdir = tmp_path / "run"
     write_config(workdir, config)
     run_ok(workdir)
+    download = json.loads((workdir / "results/downloads/llama3.1-8b.json").read_text())
+    assert (download["id"], download["commit"]) == (fake_hub_model, COMMIT)
     law = pl.read_csv(workdir / "results/equilearning/llama3.1-8b/wikitext/law.csv")
     assert law["norm"].unique().to_list() == ["model"]
     assert law.filter(pl.col("offset") == 1)["pearson"].is_finite().all()
