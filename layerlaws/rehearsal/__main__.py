@@ -70,17 +70,19 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _snakemake(folder: Path, configs: list[Path], *options: str) -> list[str]:
-    """Snakemake on the repository's workflow in ``folder`` with ``configs``."""
+def _snakemake(folder: Path, configs: list[Path], targets: list[str]) -> list[str]:
+    """Snakemake making ``targets`` (all: none given) with the repository's workflow in
+    ``folder`` with ``configs`` (the targets first: --configfile takes every word after
+    it)."""
     return [
         str(Path(sys.executable).with_name("snakemake")),
+        *targets,
         "--snakefile",
         str(REPOSITORY / "Snakefile"),
         "--directory",
         str(folder),
         "--configfile",
         *map(str, configs),
-        *options,
     ]
 
 
@@ -144,8 +146,8 @@ def main(argv: list[str]) -> int:
         "HF_DATASETS_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
-    command = _snakemake(folder, configs)
-    planned = _job_count([*command, *arguments.targets], environment)
+    command = _snakemake(folder, configs, arguments.targets)
+    planned = _job_count(command, environment)
     print(f"{planned} jobs planned; the run's console: {folder / 'snakemake.log'}", flush=True)
     with (folder / "snakemake.log").open("w") as console:
         subprocess.run(
@@ -157,13 +159,12 @@ def main(argv: list[str]) -> int:
                 f"gpu={arguments.cores}",
                 "--keep-going",
                 *shlex.split(arguments.snakemake),
-                *arguments.targets,
             ],
             stdout=console,
             stderr=subprocess.STDOUT,
             env=environment,
         )
-    left = _job_count([*command, *arguments.targets], environment)
+    left = _job_count(command, environment)
     minutes = (time.monotonic() - started) / 60
     uses = job_uses(folder / "results" / "logs")
     print(uses_table(uses))
