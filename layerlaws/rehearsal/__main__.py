@@ -92,7 +92,7 @@ def _job_count(command: list[str], environment: dict[str, str]) -> int:
         [*command, "--dry-run", "--quiet", "rules"], capture_output=True, text=True, env=environment
     )
     if listed.returncode != 0:
-        raise SystemExit(f"the dry run failed:\n{listed.stderr[-3000:]}")
+        raise SystemExit(f"the dry run failed:\n{listed.stdout[-2000:]}{listed.stderr[-2000:]}")
     total = re.search(r"^total\s+(\d+)$", listed.stdout, re.M)
     return int(total.group(1)) if total else 0
 
