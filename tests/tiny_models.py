@@ -58,12 +58,6 @@ UNSPLIT_FAMILIES = {
 """Token-local families whose re-runs keep transformers' attention over the earlier keys
 as one (``layerlaws.coupling.split_attention`` reproduces the common eager attention
 only), and why."""
-ROUNDED_IN_FLOAT32 = {
-    "mpt": "its attention softmax runs in float32, on scores that the token-local re-run "
-    "sums in another order (float64 rounding, then float32's)"
-}
-"""Float64 families whose token-local Jacobians differ from the reference by float32
-rounding (the ``float32`` bounds)."""
 
 
 def family_sizes(family: str) -> dict:

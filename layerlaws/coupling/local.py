@@ -23,7 +23,12 @@ A block is re-run this way only where that reproduces it. Its family must take a
 argument (``CACHE_ARGUMENTS``) that its attention ``update``s; its other arguments are
 cut to the token's rows (``_rows``: the arguments named as masks by rows and key
 columns, position tensors by their sequence dimension); and every re-run's output must
-equal the whole-sequence block's row to √ε of the dtype. State-space and recurrent blocks
+equal the whole-sequence block's row to the rounding two orders of the same sums leave
+(``rounding_bound``: 3e-14 of its largest entry for a tiny float64 block, 6e-13 at
+d_ff = 28,672; float32 rounding in float32, bfloat16's in bfloat16). A float64 model is
+traced in float64 throughout (``layerlaws.models.precision``): transformers' float32
+softmax and norms, whose rounding depends on how many keys a row holds, left float64
+re-runs up to 2e-7 apart on AVX2 CPUs. State-space and recurrent blocks
 (Mamba, RWKV, RecurrentGemma, Jamba) and the bidirectional encoders (BERT, RoBERTa) fail
 one of these, and so does any family whose arguments are cut otherwise (Bloom's ALiBi
 bias runs over key columns only): they keep the whole-sequence products
@@ -138,6 +143,9 @@ class TokenLocalBlock:
         self.length = stream.shape[0]
         self.family = call.block.__class__.__name__
         self.split = splittable(call.block)
+        weights = [weight for weight in call.block.parameters() if weight.is_floating_point()]
+        self.terms = max([self.length, *(size for weight in weights for size in weight.shape)])
+        """Terms of the block's longest sum: T keys, or a weight's widest dimension."""
         self.supported = self._prepare()
 
     def _prepare(self) -> bool:
@@ -156,7 +164,7 @@ class TokenLocalBlock:
                 whole = self.call.output(self.stream[None])
         except Exception as error:  # a family's own cache calls, beyond update
             return self._fall_back(f"its call with a key/value tap fails: {error!r}")
-        if self.tap.recorded is None or not _close(self.reference, whole):
+        if self.tap.recorded is None or not _close(self.reference, whole, self.terms):
             return self._fall_back("its attention does not read a cache it is given")
         keys = self.tap.recorded[0]
         dims = [dim for dim in range(keys.ndim) if keys.shape[dim] == self.length]
@@ -241,18 +249,40 @@ class TokenLocalBlock:
             if not split:
                 self.supported = self._fall_back(f"its re-run of token {token} fails: {error!r}")
             return None
-        if not _close(output, self.reference[:, token : token + 1], exact=split):
+        if not _close(output, self.reference[:, token : token + 1], self.terms):
             if not split:
                 self.supported = self._fall_back(f"its re-run of token {token} differs")
             return None
         return query, earlier, output
 
 
-def _close(found: torch.Tensor, expected: torch.Tensor, exact: bool = False) -> bool:
-    """Whether ``found`` equals ``expected`` to √ε of their dtype (``exact``: to 1000 ε,
-    where that is less), relative to the largest entry of ``expected``."""
-    eps = torch.finfo(expected.dtype).eps
-    tolerance = min(eps**0.5, 1e3 * eps) if exact else eps**0.5
+ROUNDING_STAGES = 8
+"""Rounding stages of a block's output in series: the norm, the query, key and value
+projections, the scores, the softmax, the weighted values, the output projection, the
+MLP's two products (its norms and activations rounded alike)."""
+
+
+def rounding_bound(dtype: torch.dtype, terms: int) -> float:
+    """How far apart, relative to the largest entry, two evaluations of one block's output
+    in ``dtype`` may lie that differ only in the order of their sums' terms (the whole
+    sequence against one token's re-run: matrix products of other shapes, a softmax over
+    t + 1 keys instead of T, split in two by ``split_attention``), the longest sum having
+    ``terms`` terms: 2 S (ε + √terms ε_sum), S = ROUNDING_STAGES. At each stage the two
+    evaluations round their outputs up to ε apart (u = ε/2 each) and a sum of n terms
+    about √n ε_sum apart (Higham & Mary, 2019: with high probability the rounding error
+    of a sum grows like √n u, not n u); the factor 2 allows for what later stages
+    amplify (a norm rescales by 1/rms). ε is the dtype's; ε_sum too, but float32's for
+    16-bit dtypes, whose products accumulate in float32. Float64, terms = 64: 144 ε =
+    3e-14; float32, terms = 28,672: 3e-4; bfloat16: 0.13."""
+    eps = torch.finfo(dtype).eps
+    eps_sum = min(eps, torch.finfo(torch.float32).eps)
+    return 2 * ROUNDING_STAGES * (eps + terms**0.5 * eps_sum)
+
+
+def _close(found: torch.Tensor, expected: torch.Tensor, terms: int) -> bool:
+    """Whether ``found`` equals ``expected`` to ``rounding_bound`` of their dtype and a
+    longest sum of ``terms`` terms, relative to the largest entry of ``expected``."""
+    tolerance = rounding_bound(expected.dtype, terms)
     scale = expected.abs().max().clamp_min(torch.finfo(expected.dtype).tiny)
     return bool(((found - expected).abs().max() <= tolerance * scale).item())
 

@@ -26,6 +26,7 @@ from layerlaws.models.architectures import (
     module_at,
     require_single_stack,
 )
+from layerlaws.models.precision import keep_float64
 
 
 def first_output(output: Any) -> torch.Tensor:
@@ -131,12 +132,15 @@ def trace_blocks(
     residual stream x^0 … x^L, shape (L + 1, T, d): x^{l-1} the input of block l, x^L the
     output of the last block, after the model's final norm when ``final_norm`` (Aubry et
     al., Eq. 7: the last block includes it) and the model has one, before it otherwise.
-    A LayerlawsError for an encoder–decoder, whose two stacks are no one stream."""
+    A float64 model computes in float64 throughout from then on, its calls of single
+    blocks too (``layerlaws.models.precision.keep_float64``). A LayerlawsError for an
+    encoder–decoder, whose two stacks are no one stream."""
     require_single_stack(
         model.config.model_type,
         "coupling (Jacobians of blocks along one residual stream)",
         "measure it in equi-learning runs only",
     )
+    keep_float64(model)
     blocks = blocks_of(model)
     norm = final_norm_of(model) if final_norm else None
     calls: dict[int, BlockCall] = {}
