@@ -13,6 +13,7 @@ import os
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
+from snakemake.resources import Resources
 from snakemake.utils import validate
 
 from layerlaws.core.config_errors import (
@@ -116,15 +117,47 @@ def given_gpus():
     return int(getattr(value, "value", value) or 1)
 
 
+# The run's default-resources (a profile's or --default-resources'), which Snakemake gives
+# every rule before its own resources.
+DEFAULT_RESOURCES = Resources.from_mapping(
+    workflow.resource_settings.default_resources or {}
+)
+
+
+def job_partition(gpus, **job):
+    """The SLURM partition of a job that claims ``gpus`` GPUs: execution.gpu_partition
+    when it claims one and that is set, else the default-resources' `slurm_partition`
+    evaluated for the job (``job``: what Snakemake evaluates resources with); None when
+    there is none (no SLURM profile)."""
+    if gpus and EXECUTION.gpu_partition:
+        return EXECUTION.gpu_partition
+    return DEFAULT_RESOURCES.get("slurm_partition").evaluate(**job).value
+
+
 def needs(job):
     """The resource functions of the model-running rules, from a JobPlanner method
     ``job``: GPUs, host memory, disk and runtime from the prepared model's size and the
-    run's tokens, evaluated when the job's inputs exist."""
+    run's tokens, evaluated when the job's inputs exist, and the SLURM partition that
+    follows the GPU claim (``job_partition``; ``gpus``: a claim to route instead, for
+    ``rule_partitions``). The CPUs of a job are its rule's threads (the SLURM plugin's
+    --cpus-per-task)."""
 
     def need(name):
         return lambda wildcards, input: getattr(job(wildcards, input), name)
 
-    return {name: need(name) for name in ("gpu", "mem_mb", "disk_mb", "runtime")}
+    def partition(wildcards, input, attempt, threads, rulename, async_run, gpus=None):
+        return job_partition(
+            job(wildcards, input).gpu if gpus is None else gpus,
+            wildcards=wildcards,
+            input=input,
+            attempt=attempt,
+            threads=threads,
+            rulename=rulename,
+            async_run=async_run,
+        )
+
+    resources = {name: need(name) for name in ("gpu", "mem_mb", "disk_mb", "runtime")}
+    return {**resources, "slurm_partition": partition}
 
 
 def model_dtype(wildcards):
@@ -233,22 +266,25 @@ def series_x(wildcards):
 
 
 def rule_partitions(wildcards):
-    """Rule name → its `slurm_partition` resource as Snakemake resolved it (default-resources,
-    the rule's own, set-resources), or None where none is set."""
-    found = {}
-    for declared in workflow.rules:
-        partition = declared.resources.get("slurm_partition")
-        if partition is not None:
-            partition = partition.evaluate(
-                wildcards=wildcards,
-                input=[],
-                attempt=1,
-                threads=1,
-                rulename=declared.name,
-                async_run=None,
-            ).value
-        found[declared.name] = partition
-    return found
+    """Rule name → its `slurm_partition` resource as Snakemake resolves it (default-resources,
+    the rule's own, set-resources), or None where none is set. A model-running rule's
+    follows its job's GPU claim (``needs``): here the claim of the jobs `snakemake
+    estimate` plans (GPUs unless execution.device is cpu)."""
+    planned = max((row["gpu"] for row in PLANNER.plan()), default=0)
+    return {
+        declared.name: declared.resources.get("slurm_partition")
+        .evaluate(
+            wildcards=wildcards,
+            input=[],
+            attempt=1,
+            threads=1,
+            rulename=declared.name,
+            async_run=None,
+            gpus=planned,
+        )
+        .value
+        for declared in workflow.rules
+    }
 
 
 def local_gpu_jobs():

@@ -30,6 +30,7 @@ class Execution:
     gpu_memory_gb: float
     checkpoint_minutes: float
     partition_runtime_limits: Mapping[str, int]
+    gpu_partition: str | None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Execution:

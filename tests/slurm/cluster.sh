@@ -12,8 +12,9 @@
 # The configuration must be in /etc/slurm: the jobs' nested srun drops SLURM_CONF. State,
 # spool and logs are in STATE_DIR. A configuration of another SLURM is never replaced.
 # Exit status 3: SLURM cannot be installed; 4: this machine has a SLURM of its own.
-# Partitions: debug (default) and gpu, one node with two fake GPUs (GRES on /dev/null and
-# /dev/zero), no accounting (the profile polls with squeue).
+# Partitions: debug (default) and gpu, as profiles/slurm and execution.gpu_partition name
+# them; one node with two fake GPUs (GRES on /dev/null and /dev/zero) and at least 8 CPUs;
+# no accounting (the profile polls with squeue).
 set -euo pipefail
 action=$1
 state=$(realpath -m "$2")
@@ -114,7 +115,10 @@ if ! pgrep -x munged >/dev/null; then
 fi
 
 host=$(hostname -s)
-cpus=$(nproc)
+# The shipped profile gives a model-running job its rule's threads (4) as CPUs; the node
+# declares 8 (config_overrides: more than a 2-core machine has) so that both fake GPUs'
+# jobs run at once.
+cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
 memory=$(( $(free -m | awk '/^Mem:/ {print $2}') * 90 / 100 ))
 mkdir -p "$state/ctld" "$state/d"
 [ -e /etc/slurm ] || echo /etc/slurm >> "$state/created-paths"
@@ -145,6 +149,7 @@ SlurmdLogFile=$state/slurmd.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 GresTypes=gpu
+SlurmdParameters=config_overrides
 NodeName=$host CPUs=$cpus RealMemory=$memory Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$host MaxTime=INFINITE State=UP

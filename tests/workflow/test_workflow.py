@@ -278,6 +278,7 @@ def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
         "duckdb_memory_mb": 300,
         "checkpoint_minutes": 0,
         "partition_runtime_limits": {"gpu": 1},
+        "gpu_partition": "a100",
     }
     # Every execution setting, each changed alone (the others as the finished run had them).
     assert set(changed) == set(schema["properties"]["execution"]["properties"])
