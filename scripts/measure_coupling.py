@@ -3,12 +3,15 @@ coupling and trajectories of a prompt set, for the trained model and its randoml
 initialised twin, or for a training checkpoint its own step-0 weights
 (results/coupling/{model}/{prompts}/, trajectories in its trajectories/). With
 ``coupling.shards`` above 1, a shard job measures every N-th prompt into
-shards/{shard}.pt and ``measure_coupling`` merges the shards (``layerlaws.coupling.job``).
+shards/{shard}.pt (an archive of its prompts' files) and ``measure_coupling`` merges the
+shards (``layerlaws.coupling.job``).
 
-The measurements of the prompts done are saved beside the job's first output
-(``.resume/depth.csv.pt``, ``layerlaws.core.progress``) at most every
-``execution.checkpoint_minutes``; a rerun after a kill measures only the prompts left, and
-the save is removed once every output is written."""
+Each prompt's measurement is written to a file of its own beside the job's first output as
+soon as it is measured (``.resume/depth.csv.prompts/``), and how many are done is saved
+there (``.resume/depth.csv.pt``, ``layerlaws.core.progress``) at most every
+``execution.checkpoint_minutes``; a rerun after a kill measures only the prompts left. The
+outputs are written from the files a prompt at a time, then the files and the save are
+removed."""
 
 import logging
 
@@ -17,15 +20,9 @@ import torch
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
 from layerlaws.core.shards import shard_indices
-from layerlaws.coupling.job import (
-    job_prompts,
-    measure_job,
-    read_shards,
-    write_shard,
-    write_tables,
-)
+from layerlaws.coupling.job import ShardArchives, job_prompts, measure_job, write_shard
 from layerlaws.coupling.measurement import TokenCoupling
-from layerlaws.coupling.prompt_set import combine
+from layerlaws.coupling.prompt_set import write_outputs
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.facts import read_facts
 from layerlaws.pipeline.execution import Execution
@@ -43,7 +40,7 @@ def main() -> None:
     shard = snakemake.wildcards.get("shard")
     shards = getattr(snakemake.input, "shards", [])
     if shards:
-        measured, saves = read_shards(shards, len(prompts)), None
+        measured, saves = ShardArchives(shards, len(prompts)), None
     else:
         saves = job_saves(
             output[0],
@@ -71,9 +68,9 @@ def main() -> None:
         write_shard(output[0], measured)
     else:
         token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
-        weights = list(dict.fromkeys(name for name, _ in measured))  # trained, random
-        write_tables(output, combine(measured, weights, labels, token_coupling, settings))
+        write_outputs(measured, labels, token_coupling, settings, output)
     if saves is not None:  # removed once every output is written
+        measured.remove()
         logging.getLogger("layerlaws").info("progress saves: %s", saves.finish())
 
 

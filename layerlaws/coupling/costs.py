@@ -11,6 +11,13 @@ product (one VJP or JVP, ``layerlaws.coupling.operators``) costs
   the earlier tokens (the context kinds), through their key and value projections.
 A formed Jacobian (``svd`` full or randomized) is d VJPs; its SVD is not counted. The
 randomised SVD's settings are here so that the plan counts what the measurement does.
+
+Host memory: a coupling job writes each prompt's measurement to a file as soon as it is
+measured and the outputs from those files a prompt at a time
+(``layerlaws.coupling.prompt_set``), so it holds one prompt's measurement
+(``prompt_host_bytes``) and, for the whole job, the prompts' tokens and the depth means'
+running sums (``set_host_bytes``); before its first prompt, the random twin drawn in
+float32 on the CPU (``layerlaws.models.preparation.randomly_initialised``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerlaws.coupling.layers import layer_pairs
-from layerlaws.forward.costs import ModelSize, Needs, model_pass_needs, weights_bytes
+from layerlaws.forward.costs import (
+    HOST_BASE_MB,
+    MIB,
+    ModelSize,
+    Needs,
+    model_pass_needs,
+    weights_bytes,
+)
 from layerlaws.text.corpus import prompt_count
 
 OVERSAMPLING = 10
@@ -31,6 +45,18 @@ KEY_VALUE_SHARE = 1 / 16
 """A context product's extra cost per earlier token, as a share of one token's pass
 through the block: the key and value projections, 2·d·d_kv of a block's multiply-adds
 per token (SmolLM2-135M: 0.06; Qwen2.5-1.5B: 0.02)."""
+ROW_BYTES = 1024
+"""Host memory of one table row of a prompt's measurement while it is measured and written:
+a Python dict of its fields with their boxed values (about 300 bytes in CPython), the
+copy tagged with its weights and prompt (about 280) and its share of the polars frame
+that writes it (about 70) or of the pickle that files it (about 100); also of one running
+sum of the depth means."""
+ROW_DISK_BYTES = 64
+"""Disk of one table row: a CSV line of about 45 bytes, and about as much in its
+prompt's file."""
+TOKEN_BYTES = 256
+"""Host memory of one token of the prompt set, held for the whole job: its id in the
+job's lists and its text (a short Python string, for the trajectories table)."""
 AUTO = "auto"
 FORMED = "full"
 MATRIX_FREE = "matrix_free"
@@ -124,6 +150,72 @@ class PromptShape:
         return MATRIX_FREE if free < self.cost(FORMED, token_local) else FORMED
 
 
+def trajectory_rows(size: ModelSize, length: int) -> int:
+    """Table rows of the trajectories of one prompt of ``length`` tokens: T in
+    trajectories, T (L + 1) in layers."""
+    return length * (size.num_layers + 2)
+
+
+def prompt_rows(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
+    """Table rows of one prompt of ``length`` tokens whose Jacobians are measured: depth
+    L² and token-wise 3 T² per token layer pair, each per K and metric; singular values
+    L·K; its trajectories'."""
+    layers = size.num_layers
+    pairs = len(layer_pairs(settings["token_layers"], layers))
+    per_value = len(settings["ks"]) * len(settings["metrics"])
+    coupling = (layers**2 + 3 * length**2 * pairs) * per_value
+    return coupling + layers * max(settings["ks"]) + trajectory_rows(size, length)
+
+
+def prompt_array_bytes(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
+    """The arrays of one prompt's measurement, float32: its residual streams (L + 1, T, d),
+    the top-K factors U, V (L, d, K) and S (L, K), the coupling matrices at the smallest K
+    of the depth pairs (L, L, K, K) and of the first token pair (T, T, K, K)."""
+    layers, width, k, kept = (
+        size.num_layers,
+        size.hidden_size,
+        max(settings["ks"]),
+        min(settings["ks"]),
+    )
+    streams = (layers + 1) * length * width
+    return 4 * (streams + (2 * width + 1) * layers * k + (layers**2 + length**2) * kept**2)
+
+
+def prompt_host_bytes(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
+    """Host memory of one prompt's measurement while it is measured, filed and written:
+    its arrays and its table rows."""
+    rows = prompt_rows(size, length, settings)
+    return prompt_array_bytes(size, length, settings) + rows * ROW_BYTES
+
+
+def set_host_bytes(size: ModelSize, prompts: int, length: int, settings: Mapping[str, Any]) -> int:
+    """Host memory held for a whole job of a set of ``prompts`` prompts of up to
+    ``length`` tokens (a shard's job too tokenises them all): their tokens, and the running
+    sums of the depth means (two weights: L² per K and metric, and |A| (L, L, K, K)
+    float64 at the smallest K)."""
+    per_value = len(settings["ks"]) * len(settings["metrics"])
+    kept = min(settings["ks"])
+    means = 2 * (size.num_layers**2 * (per_value * ROW_BYTES + 8 * kept**2))
+    return prompts * length * TOKEN_BYTES + means
+
+
+def coupling_output_bytes(
+    size: ModelSize, prompts: int, jacobian_prompts: int, length: int, settings: Mapping[str, Any]
+) -> int:
+    """Disk of the outputs of ``prompts`` prompts (two weights), the first
+    ``jacobian_prompts`` with their Jacobians: every prompt's streams and trajectories,
+    and the other arrays and table rows of those (``prompt_array_bytes``,
+    ``prompt_rows``)."""
+    streams = (size.num_layers + 1) * length * size.hidden_size * 4
+    trajectories = trajectory_rows(size, length)
+    jacobian_rows = prompt_rows(size, length, settings) - trajectories
+    every = streams + trajectories * ROW_DISK_BYTES
+    jacobians = (
+        prompt_array_bytes(size, length, settings) - streams + jacobian_rows * ROW_DISK_BYTES
+    )
+    return 2 * (prompts * every + jacobian_prompts * jacobians)
+
+
 def coupling_needs(
     *,
     size: ModelSize,
@@ -135,14 +227,25 @@ def coupling_needs(
     on_gpu: bool,
     gpus: int | str,
     gpu_memory_gb: float,
+    step_zero: bool = False,
 ) -> Needs:
     """Needs of a coupling job (the config's ``coupling`` block ``settings``) on
-    ``prompt_set``, or of one of its ``shards`` jobs (a share of the prompts each): two
-    copies of the model (trained and random) and the Jacobians of one prompt (of the
-    first ``jacobian_prompts``): the last token's of every layer and three per token at
-    each token layer, in block-tokens (``PromptShape``; a family of
+    ``prompt_set``, or of one of its ``shards`` jobs (a share of the prompts each), whose
+    random weights are a training's ``step_zero`` checkpoint or else drawn.
+
+    Device: two copies of the model (trained and random) and the Jacobians of one prompt
+    (of the first ``jacobian_prompts``): the last token's of every layer and three per
+    token at each token layer, in block-tokens (``PromptShape``; a family of
     ``WHOLE_SEQUENCE_MODEL_TYPES`` with whole-sequence products, T times more; one not
-    known yet, sized by its config entry alone, as token-local)."""
+    known yet, sized by its config entry alone, as token-local).
+
+    Host, beyond what ``model_pass_needs`` counts: the larger of the random twin as it is
+    made — drawn in float32 on the CPU, else the step-0 weights read there — and one
+    prompt's measurement (``prompt_host_bytes``), plus what the whole job holds
+    (``set_host_bytes``); on the CPU the twin's own weights are the device's.
+
+    Disk: the prompts' files and the outputs written from them, about twice the outputs
+    (``coupling_output_bytes``)."""
     length = prompt_set["max_tokens"]
     total = prompt_count(prompt_set)
     count = -(-total // shards)
@@ -163,6 +266,9 @@ def coupling_needs(
     svd = settings["svd"] if settings["svd"] != AUTO else shape.cheaper_svd(token_local)
     held = size.hidden_size if svd != MATRIX_FREE else max(settings["ks"]) * 2
     jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4
+    twin = size.parameters * 4 if not step_zero else weights_bytes(size, dtype, quantization)
+    if not on_gpu:  # the twin's weights in their dtype are counted with the device's
+        twin -= weights_bytes(size, dtype, quantization)
     return model_pass_needs(
         size=size,
         dtype=dtype,
@@ -175,6 +281,21 @@ def coupling_needs(
         gpus=gpus,
         gpu_memory_gb=gpu_memory_gb,
         device_bytes=weights_bytes(size, dtype, quantization) + jacobians,
-        output_bytes=count * (size.num_layers + 1) * length * size.hidden_size * 8,
+        host_bytes=max(twin, prompt_host_bytes(size, length, settings))
+        + set_host_bytes(size, total, length, settings),
+        output_bytes=2 * coupling_output_bytes(size, count, jacobian_count, length, settings),
         quantization=quantization,
     )
+
+
+def coupling_merge_needs(
+    *, size: ModelSize, settings: Mapping[str, Any], prompt_set: Mapping[str, Any]
+) -> Needs:
+    """Needs of the job that merges a prompt set's shards, on the CPU: one prompt's
+    measurement and what the whole set holds in host memory (it reads the shards a prompt
+    at a time), the outputs on disk."""
+    length, total = prompt_set["max_tokens"], prompt_count(prompt_set)
+    jacobian_count = min(total, prompt_set["jacobian_prompts"] or total)
+    held = prompt_host_bytes(size, length, settings) + set_host_bytes(size, total, length, settings)
+    outputs = coupling_output_bytes(size, total, jacobian_count, length, settings)
+    return Needs(0, 0, HOST_BASE_MB + -(-held // MIB), max(1, -(-outputs // MIB)), 10)

@@ -4,27 +4,28 @@ and random weights on the devices it claims (``measure_coupling`` and
 
 A set split into ``coupling.shards`` shards runs as that many jobs, each with
 its own device claim and progress saves, over every N-th prompt (``layerlaws.core.shards``);
-each writes its ``PromptMeasurement``s, and the set's job combines them into the tables
-one job writes (each prompt's numbers depend on nothing but that prompt: every
-randomised SVD starts from ``svd_seed`` anew, and ``svd: auto`` decides for the set's
-longest prompt in every shard).
+each writes its prompts' files into one archive (``write_shard``), and the set's job writes
+from the archives, a prompt at a time (``ShardArchives``), the tables one job writes (each
+prompt's numbers depend on nothing but that prompt: every randomised SVD starts from
+``svd_seed`` anew, and ``svd: auto`` decides for the set's longest prompt in every shard).
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import polars as pl
-import torch
 
-from layerlaws.core.atomic import atomic_path, write_csv, write_npz
+from layerlaws.core.atomic import atomic_path
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
-from layerlaws.coupling.measurement import TokenCoupling, require_ks_within
-from layerlaws.coupling.prompt_set import Measured, PromptSetMeasurement, measure_prompts
+from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, require_ks_within
+from layerlaws.coupling.prompt_set import PromptFiles, measure_prompts, prompt_folder
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.architectures import require_single_stack
 from layerlaws.models.devices import DeviceRequest
@@ -79,11 +80,11 @@ def measure_job(
     devices: DeviceRequest,
     vjp_chunk: int,
     saves: ProgressSaves,
-) -> Measured:
+) -> PromptFiles:
     """The prompts of ``indices`` measured under the prepared ``model``'s weights and its
     random twin (the step-0 weights ``initial`` of a training checkpoint), in ``dtype``
     under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
-    time."""
+    time; their files beside the job's progress save (``prompt_folder``)."""
     facts = read_facts(model)
     require_ks_within(settings, facts.hidden_size)
     token_coupling = TokenCoupling.of(settings, facts.num_layers)
@@ -102,43 +103,68 @@ def measure_job(
             settings=settings,
             vjp_chunk=vjp_chunk,
             device=claim.device,
+            folder=prompt_folder(saves),
             saves=saves,
             jacobian_prompts=jacobian_prompts,
         )
 
 
-def write_shard(path: str | Path, measured: Measured) -> None:
-    """One shard's measurements, written atomically."""
-    with atomic_path(path) as temporary:
-        torch.save(measured, temporary)
+def write_shard(path: str | Path, files: PromptFiles) -> None:
+    """One shard's measured prompts, written atomically as one uncompressed zip archive
+    whose member ``<weights>/<index>`` is the file of that prompt (``PromptFiles``), copied
+    a block at a time."""
+    with (
+        atomic_path(path) as temporary,
+        zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive,
+    ):
+        for weights, index in files.units:
+            archive.write(files.path(weights, index), f"{weights}/{index}")
 
 
-def read_shards(paths: Sequence[str | Path], count: int) -> Measured:
-    """The measurements of every shard, checked to hold each of the set's ``count``
+def _unreadable(path: str | Path, error: Exception) -> NoReturn:
+    raise LayerlawsError(
+        f"cannot read the coupling shard {path} ({error}); delete it and rerun: Snakemake "
+        f"measures that shard again"
+    ) from None
+
+
+class ShardArchives:
+    """The measured prompts of every shard of a set (``write_shard``'s archives at
+    ``paths``), read a prompt at a time; checked to hold each of the set's ``count``
     prompts once under the same weights."""
-    measured: Measured = {}
-    for path in paths:
-        try:
-            measured |= torch.load(path, weights_only=False)
-        except Exception as error:
+
+    def __init__(self, paths: Sequence[str | Path], count: int) -> None:
+        self.archive_of: dict[tuple[str, int], str | Path] = {}
+        """The archive that holds each (weights, prompt index)."""
+        members = 0
+        for path in paths:
+            try:
+                with zipfile.ZipFile(path) as archive:
+                    names = archive.namelist()
+                units = [(weights, int(index)) for weights, index in map(_unit_of, names)]
+            except (OSError, ValueError, zipfile.BadZipFile) as error:
+                _unreadable(path, error)
+            members += len(units)
+            self.archive_of |= dict.fromkeys(units, path)
+        weights = list(dict.fromkeys(name for name, _ in self.archive_of))
+        self.units = [(name, index) for name in weights for index in range(count)]
+        if members != len(self.units) or set(self.archive_of) != set(self.units):
             raise LayerlawsError(
-                f"cannot read the coupling shard {path} ({error}); delete it and rerun: "
-                f"Snakemake measures that shard again"
-            ) from None
-    weights = {name for name, _ in measured}
-    expected = {(name, index) for name in weights for index in range(count)}
-    if set(measured) != expected:
-        raise LayerlawsError(
-            f"the coupling shards {', '.join(map(str, paths))} hold {len(measured)} prompt "
-            f"measurements, not the {len(expected)} of {count} prompts × {sorted(weights)}; "
-            f"delete them and rerun"
-        )
-    return measured
+                f"the coupling shards {', '.join(map(str, paths))} hold {members} prompt "
+                f"measurements, not the {len(self.units)} of {count} prompts × "
+                f"{sorted(weights)}; delete them and rerun"
+            )
+
+    def read(self, weights: str, index: int) -> PromptMeasurement:
+        path = self.archive_of[weights, index]
+        try:
+            with zipfile.ZipFile(path) as archive, archive.open(f"{weights}/{index}") as member:
+                return pickle.load(member)
+        except (OSError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile) as error:
+            _unreadable(path, error)
 
 
-def write_tables(output: Any, result: PromptSetMeasurement) -> None:
-    """The set's tables and arrays, each written atomically to the rule's outputs."""
-    for name in ("depth", "singular_values", "tokens", "trajectories", "layers"):
-        write_csv(getattr(output, name), getattr(result, name))
-    for name in ("factors", "couplings", "streams"):
-        write_npz(getattr(output, name), getattr(result, name))
+def _unit_of(name: str) -> tuple[str, str]:
+    """(weights, prompt index) of an archive member ``<weights>/<index>``."""
+    weights, _, index = name.rpartition("/")
+    return weights, index

@@ -1,11 +1,15 @@
 """A prompt set's coupling under several weights (``trained``, ``random``): every prompt
-measured by ``layerlaws.coupling.measurement.measure_prompt``, and the set's tables and
-arrays combined from them (Aubry et al., §3).
+measured by ``layerlaws.coupling.measurement.measure_prompt`` and written to a file of its
+own as soon as it is measured (``PromptFiles``), and the set's tables and arrays written
+from those files one prompt at a time (``write_outputs``; Aubry et al., §3). A job's host
+memory thus holds one prompt's measurement — its residual streams (L + 1, T, d), factors,
+coupling matrices and table rows — whatever the number of prompts.
 
-A prompt set given ``ProgressSaves`` (``layerlaws.core.progress``) saves, between prompts
-and at most every ``execution.checkpoint_minutes``, the ``PromptMeasurement`` of every
-(weights, prompt) measured so far, with a hash of those weights' names, prompt indices and
-token ids. A rerun with the same inputs skips them and ends with the outputs of an
+A prompt set given ``ProgressSaves`` (``layerlaws.core.progress``) keeps its prompts'
+files beside the save (``<save>.prompts/``, ``prompt_folder``) and saves, between prompts
+and at most every ``execution.checkpoint_minutes``, how many (weights, prompt) it has
+measured, with a hash of those weights' names, prompt indices and token ids (the save holds
+no measurement). A rerun with the same inputs skips them and ends with the outputs of an
 uninterrupted run: every randomised SVD starts its generator from ``svd_seed`` anew, so a
 prompt's numbers do not depend on the prompts measured before it.
 """
@@ -13,14 +17,20 @@ prompt's numbers do not depend on the prompts measured before it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import pickle
+import shutil
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import polars as pl
 import torch
 
+from layerlaws.core.atomic import atomic_path
 from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
@@ -28,36 +38,75 @@ from layerlaws.coupling.settings import CouplingSettings
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class PromptSetMeasurement:
-    """The tables and arrays of a prompt set measured under several weights."""
-
-    depth: pl.DataFrame
-    """weights, prompt (index or ``mean``), layer_a, layer_b, k, metric, miscoupling (the
-    value of that coupling metric, ``layerlaws.coupling.miscoupling``)."""
-    singular_values: pl.DataFrame
-    """weights, prompt, layer, rank (1..K), singular_value (of the last token's J^l)."""
-    tokens: pl.DataFrame
-    """weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, metric, miscoupling."""
-    trajectories: pl.DataFrame
-    """weights, prompt, token, lss, expodistance, equidistance_cv, text."""
-    layers: pl.DataFrame
-    """weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0),
-    logit_entropy, next_token_loss (nats; NaN at the last token)."""
-    factors: dict[str, np.ndarray]
-    """``<weights>/<prompt>/{u,s,v}``: top-K factors of the last-token Jacobians."""
-    streams: dict[str, np.ndarray]
-    """``<weights>/<prompt>``: raw residual stream (L + 1, T, d)."""
-    couplings: dict[str, np.ndarray]
-    """``depth/<weights>/<prompt>``: A of every depth pair (L, L, K, K), and
-    ``depth/<weights>/mean_abs`` their mean |A| over prompts; ``tokens/<weights>/0``: A of
-    the ``self`` kind at the first token layer pair, first prompt (T, T, K, K); ``k``: K
-    (the smallest of ``ks``); ``token_layers``: that pair (l, l′). float32."""
+TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
+"""The set's tables (CSV), each a rule output of this name:
+- depth: weights, prompt (index or ``mean``), layer_a, layer_b, k, metric, miscoupling (the
+  value of that coupling metric, ``layerlaws.coupling.miscoupling``); the ``mean`` rows
+  average each (weights, layer_a, layer_b, k, metric) over the prompts measured;
+- singular_values: weights, prompt, layer, rank (1..K), singular_value (of the last
+  token's J^l);
+- tokens: weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, metric,
+  miscoupling;
+- trajectories: weights, prompt, token, lss, expodistance, equidistance_cv, text;
+- layers: weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0),
+  logit_entropy, next_token_loss (nats; NaN at the last token)."""
+ARRAYS = ("factors", "couplings", "streams")
+"""The set's arrays (uncompressed ``.npz``), each a rule output of this name:
+- factors: ``<weights>/<prompt>/{u,s,v}``, top-K factors of the last-token Jacobians;
+- couplings: ``k``, K (the smallest of ``ks``); ``token_layers``, the first token layer
+  pair (l, l′); ``depth/<weights>/<prompt>``, A of every depth pair (L, L, K, K), and
+  ``depth/<weights>/mean_abs``, their mean |A| over prompts; ``tokens/<weights>/0``, A of
+  the ``self`` kind at that pair, first prompt (T, T, K, K). float32;
+- streams: ``<weights>/<prompt>``, the raw residual stream (L + 1, T, d)."""
+SUFFIX = ".prompts"
+"""Of a job's folder of measured prompts, beside its progress save."""
 
 
-Measured = dict[tuple[str, int], PromptMeasurement]
-"""Prompt measurements by (weights, prompt index)."""
+class Measured(Protocol):
+    """Measured prompts, read one at a time."""
+
+    units: Sequence[tuple[str, int]]
+    """(weights, prompt index) of every prompt measured, weights in the order measured."""
+
+    def read(self, weights: str, index: int) -> PromptMeasurement:
+        """The measurement of prompt ``index`` under ``weights``."""
+        ...
+
+
+@dataclass(frozen=True)
+class PromptFiles:
+    """Prompts measured by a job, one file each in ``folder``: the pickled
+    ``PromptMeasurement`` of prompt i under weights w in ``<w>-<i>.prompt``, written
+    atomically as it is measured."""
+
+    folder: Path
+    units: tuple[tuple[str, int], ...]
+    """(weights, prompt index) of every file, in the order measured."""
+
+    def path(self, weights: str, index: int) -> Path:
+        """The file of prompt ``index`` under ``weights``."""
+        return self.folder / f"{weights}-{index}.prompt"
+
+    def read(self, weights: str, index: int) -> PromptMeasurement:
+        with open(self.path(weights, index), "rb") as handle:
+            return pickle.load(handle)
+
+    def remove(self) -> None:
+        """Remove the folder (the set's outputs are written)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def prompt_folder(saves: ProgressSaves) -> Path:
+    """Where a job with ``saves`` keeps its measured prompts until its outputs are
+    written: beside its progress save."""
+    return saves.path.with_suffix(SUFFIX)
+
+
+def _write_prompt(path: Path, measurement: PromptMeasurement) -> None:
+    """One prompt's measurement, pickled atomically (protocol 5: arrays written from their
+    buffers, without a copy)."""
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        pickle.dump(measurement, handle, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def measure_prompts(
@@ -69,118 +118,200 @@ def measure_prompts(
     settings: CouplingSettings,
     vjp_chunk: int,
     device: str,
+    folder: str | Path,
     saves: ProgressSaves | None = None,
     jacobian_prompts: int | None = None,
-) -> Measured:
+) -> PromptFiles:
     """``measure_prompt`` for the prompts (token ids) of ``indices`` under every weights
-    (e.g. ``trained`` and ``random``) on ``device``; ``svd: auto`` decides for the
-    longest of all ``prompts``, so that every shard of a set decides alike. Only the
-    prompts before index ``jacobian_prompts`` (all when None) have their Jacobians
-    measured, the rest their trajectories. With ``saves`` the prompts measured by an
-    earlier run of the same inputs are taken from its last save, and the measurements so
-    far are saved after each prompt that leaves some to measure (the caller removes the
-    save once its outputs are written)."""
+    (e.g. ``trained`` and ``random``) on ``device``, each written to its file in ``folder``
+    as soon as it is measured; ``svd: auto`` decides for the longest of all ``prompts``, so
+    that every shard of a set decides alike. Only the prompts before index
+    ``jacobian_prompts`` (all when None) have their Jacobians measured, the rest their
+    trajectories. With ``saves`` the prompts measured by an earlier run of the same inputs
+    (its last save, their files in ``folder``) are kept, and how many are measured is saved
+    after each prompt that leaves some to measure; otherwise ``folder`` starts empty (the
+    caller removes the folder and the save once its outputs are written)."""
     units = [
         (weights, index, [int(token) for token in prompts[index]])
         for weights in models
         for index in indices
     ]
+    files = PromptFiles(Path(folder), tuple((weights, index) for weights, index, _ in units))
     longest = max(len(prompt) for prompt in prompts)
-    measured = _resumed(saves, units) if saves is not None else []
-    report = ProgressLog("coupling", len(units), "prompts", done=len(measured), every=60)
-    for number, (weights, index, ids) in enumerate(units[len(measured) :], start=len(measured) + 1):
-        measured.append(
-            measure_prompt(
-                models[weights],
-                torch.tensor([ids], device=device),
-                token_coupling=token_coupling,
-                settings=settings,
-                vjp_chunk=vjp_chunk,
-                svd_length=longest,
-                jacobians=jacobian_prompts is None or index < jacobian_prompts,
-            )
+    done = _resumed(saves, units, files) if saves is not None else 0
+    if not done:
+        # What an earlier run of other inputs left, its save too: a later run of those
+        # inputs must not resume onto the files this run writes.
+        files.remove()
+        if saves is not None:
+            saves.path.unlink(missing_ok=True)
+    report = ProgressLog("coupling", len(units), "prompts", done=done, every=60)
+    for number, (weights, index, ids) in enumerate(units[done:], start=done + 1):
+        measurement = measure_prompt(
+            models[weights],
+            torch.tensor([ids], device=device),
+            token_coupling=token_coupling,
+            settings=settings,
+            vjp_chunk=vjp_chunk,
+            svd_length=longest,
+            jacobians=jacobian_prompts is None or index < jacobian_prompts,
         )
+        _write_prompt(files.path(weights, index), measurement)
+        del measurement  # not held while the next prompt is measured
         report.update(number, f"last: {weights} prompt {index}, {len(ids)} tokens")
         if saves is not None and number < len(units):
-            state = {"units_hash": prefix_hash(units[:number]), "measured": measured}
+            state = {"units_hash": prefix_hash(units[:number]), "measured": number}
             saves.save_if_due(state, f"prompt {number} of {len(units)}")
-    return {
-        (weights, index): result
-        for (weights, index, _), result in zip(units, measured, strict=True)
-    }
+    return files
 
 
 def _resumed(
-    saves: ProgressSaves, units: Sequence[tuple[str, int, list[int]]]
-) -> list[PromptMeasurement]:
-    """The measurements of the first ``units`` (weights, prompt index, token ids) kept by
-    the last save; [] when there is none or it holds other prompts (logged)."""
+    saves: ProgressSaves, units: Sequence[tuple[str, int, list[int]]], files: PromptFiles
+) -> int:
+    """How many of the first ``units`` (weights, prompt index, token ids) the last save
+    says were measured, their ``files`` in place; 0 when there is none, it holds other
+    prompts or their files are gone (logged)."""
     state = saves.load()
     if state is None:
-        return []
-    done = len(state["measured"])
+        return 0
+    done = state["measured"]
     if not saves.prefix_matches(state["units_hash"], units, done, "measured prompts"):
-        return []
+        return 0
+    missing = [unit for unit in units[:done] if not files.path(*unit[:2]).is_file()]
+    if missing:
+        log.warning(
+            "discarding the progress save %s: %d of its %d measured prompts have no file in "
+            "%s; starting from the beginning",
+            saves.path,
+            len(missing),
+            done,
+            files.folder,
+        )
+        return 0
     log.info("resuming the coupling after %d of %d prompts (weights × prompts)", done, len(units))
-    return state["measured"]
+    return done
 
 
-def combine(
-    measured: Mapping[tuple[str, int], PromptMeasurement],
-    weights_names: Sequence[str],
+class _CsvRows:
+    """A CSV written a prompt's rows at a time, by polars (its header once)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.header = handle, True
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            pl.DataFrame(rows).write_csv(self.handle, include_header=self.header)
+            self.header = False
+
+
+class _NpzEntries:
+    """An uncompressed ``.npz`` written an array at a time, as ``numpy.savez`` writes each
+    (``<key>.npy`` members of a zip archive)."""
+
+    def __init__(self, archive: zipfile.ZipFile) -> None:
+        self.archive = archive
+
+    def add(self, key: str, array: np.ndarray) -> None:
+        with self.archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+@contextmanager
+def _csv_rows(path: str | Path) -> Iterator[_CsvRows]:
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        yield _CsvRows(handle)
+
+
+@contextmanager
+def _npz_entries(path: str | Path) -> Iterator[_NpzEntries]:
+    with (
+        atomic_path(path) as temporary,
+        zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive,
+    ):
+        yield _NpzEntries(archive)
+
+
+class _DepthMeans:
+    """The depth rows' running sums over the prompts, per weights, layer pair, K and
+    metric: the ``mean`` rows of depth.csv. Float64 sums with Kahan's compensation (the
+    summation polars' group-by mean uses, so the means are those of the set's rows
+    averaged in one table)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[Any, ...], list[float]] = {}
+        """(weights, layer_a, layer_b, k, metric): [sum, compensation, count]."""
+
+    def add(self, weights: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        for row in rows:
+            key = (weights, row["layer_a"], row["layer_b"], row["k"], row["metric"])
+            total, compensation, count = self.sums.get(key, (0.0, 0.0, 0))
+            term = row["miscoupling"] - compensation
+            added = total + term
+            self.sums[key] = [added, (added - total) - term, count + 1]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "weights": weights,
+                "prompt": "mean",
+                "layer_a": layer_a,
+                "layer_b": layer_b,
+                "k": k,
+                "metric": metric,
+                "miscoupling": total / count,
+            }
+            for (weights, layer_a, layer_b, k, metric), (total, _, count) in self.sums.items()
+        ]
+
+
+def _tagged(
+    prompt: PromptMeasurement, table: str, weights: str, index: int, labels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The rows of ``prompt``'s ``table`` with its weights and prompt index first, and in
+    the trajectories the text of each token (``labels``) last."""
+    tag = {"weights": weights, "prompt": str(index)}
+    if table == "trajectories":
+        return [tag | row | {"text": labels[row["token"]]} for row in prompt.trajectories]
+    return [tag | row for row in getattr(prompt, table)]
+
+
+def write_outputs(
+    measured: Measured,
     labels: Sequence[Sequence[str]],
     token_coupling: TokenCoupling,
     settings: CouplingSettings,
-) -> PromptSetMeasurement:
-    """The tables and arrays of the prompt set from the ``measured`` prompts (keyed by
-    weights and prompt index: one job's, or the union of its shards'), in the order of
-    ``weights_names`` and of ``labels`` (one per prompt). Depth rows are also averaged
-    over the prompts (prompt ``mean``)."""
-    rows: dict[str, list[dict[str, Any]]] = {
-        name: [] for name in ("depth", "singular_values", "tokens", "trajectories", "layers")
-    }
-    factors, streams = {}, {}
-    couplings: dict[str, np.ndarray] = {
-        "k": np.array(min(settings.ks)),
-        "token_layers": np.array(token_coupling.layer_pairs[0]),
-    }
-    for weights in weights_names:
-        absolute = []
-        for index in range(len(labels)):
-            prompt = measured[weights, index]
-            tag = {"weights": weights, "prompt": str(index)}
-            for name, table in rows.items():
-                table += [tag | row for row in getattr(prompt, name)]
-            for key, array in prompt.factors.items():
-                factors[f"{weights}/{index}/{key}"] = array
-            streams[f"{weights}/{index}"] = prompt.streams
-            if prompt.depth_couplings is None:
-                continue
-            couplings[f"depth/{weights}/{index}"] = prompt.depth_couplings
-            absolute.append(np.abs(prompt.depth_couplings))
-            if index == 0:
-                couplings[f"tokens/{weights}/0"] = prompt.token_couplings
-        couplings[f"depth/{weights}/mean_abs"] = np.mean(absolute, axis=0, dtype=np.float64).astype(
-            np.float32
-        )
-    depth = pl.DataFrame(rows["depth"])
-    mean = (
-        depth.group_by("weights", "layer_a", "layer_b", "k", "metric", maintain_order=True)
-        .agg(pl.col("miscoupling").mean())
-        .with_columns(prompt=pl.lit("mean"))
-    )
-    trajectories = pl.DataFrame(rows["trajectories"]).with_columns(
-        text=pl.struct("prompt", "token").map_elements(
-            lambda row: labels[int(row["prompt"])][row["token"]], return_dtype=pl.String
-        )
-    )
-    return PromptSetMeasurement(
-        depth=pl.concat([depth, mean.select(depth.columns)]),
-        singular_values=pl.DataFrame(rows["singular_values"]),
-        tokens=pl.DataFrame(rows["tokens"]),
-        trajectories=trajectories,
-        layers=pl.DataFrame(rows["layers"]),
-        factors=factors,
-        streams=streams,
-        couplings=couplings,
-    )
+    output: Any,
+) -> None:
+    """The set's ``TABLES`` and ``ARRAYS`` from its ``measured`` prompts (one job's, or
+    its shards'), each written atomically to the path ``output`` names after it (the rule's
+    outputs), in the order of the weights measured and of ``labels`` (one per prompt: its
+    tokens' texts), a prompt at a time: every table's rows and every array of a prompt are
+    appended to the outputs before the next prompt is read, and the means over the prompts
+    (depth ``mean`` rows, ``mean_abs``) are running float64 sums."""
+    weights_names = list(dict.fromkeys(weights for weights, _ in measured.units))
+    with ExitStack() as stack:
+        tables = {name: stack.enter_context(_csv_rows(getattr(output, name))) for name in TABLES}
+        arrays = {name: stack.enter_context(_npz_entries(getattr(output, name))) for name in ARRAYS}
+        couplings = arrays["couplings"]
+        couplings.add("k", np.array(min(settings.ks)))
+        couplings.add("token_layers", np.array(token_coupling.layer_pairs[0]))
+        means = _DepthMeans()
+        for weights in weights_names:
+            absolute, count = np.zeros(()), 0
+            for index in range(len(labels)):
+                prompt = measured.read(weights, index)
+                for name in TABLES:
+                    tables[name].add(_tagged(prompt, name, weights, index, labels[index]))
+                for key, array in prompt.factors.items():
+                    arrays["factors"].add(f"{weights}/{index}/{key}", array)
+                arrays["streams"].add(f"{weights}/{index}", prompt.streams)
+                means.add(weights, prompt.depth)
+                if prompt.depth_couplings is not None:
+                    couplings.add(f"depth/{weights}/{index}", prompt.depth_couplings)
+                    absolute = absolute + np.abs(prompt.depth_couplings).astype(np.float64)
+                    count += 1
+                    if index == 0:
+                        couplings.add(f"tokens/{weights}/0", prompt.token_couplings)
+                del prompt  # not held while the next prompt is read
+            couplings.add(f"depth/{weights}/mean_abs", (absolute / count).astype(np.float32))
+        tables["depth"].add(means.rows())

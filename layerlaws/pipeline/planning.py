@@ -24,7 +24,7 @@ import polars as pl
 
 from layerlaws.core.dtypes import DTYPE_BYTES
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.coupling.costs import coupling_needs
+from layerlaws.coupling.costs import coupling_merge_needs, coupling_needs
 from layerlaws.equilearning.costs import equilearning_pass_needs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.forward.costs import (
@@ -182,6 +182,7 @@ class JobPlanner:
             on_gpu=self._on_gpu(),
             gpus=self._model(model)["gpus"],
             gpu_memory_gb=self.execution.gpu_memory_gb,
+            step_zero=self.expanded.step_zero_model(model) is not None,
         )
 
     # Resource functions of the rules, called with the job's wildcards and input files. Snakemake
@@ -233,14 +234,17 @@ class JobPlanner:
 
     def measure_coupling(self, wildcards: Any, input: Any) -> Needs:
         """The whole coupling job, or (with shards) the merge of its shards: on the CPU,
-        the shards' measurements twice in host memory (read, then tabled)."""
+        a prompt at a time (``coupling_merge_needs``)."""
         size = self._known_size(wildcards.model, input.model)
         if size is None:
             return self._placeholder(wildcards.model)
-        needs = self._coupling(wildcards.model, size, wildcards.prompts)
         if self.config["coupling"]["shards"] == 1:
-            return needs
-        return self._merge(2 * needs.disk_mb, needs.disk_mb)
+            return self._coupling(wildcards.model, size, wildcards.prompts)
+        return coupling_merge_needs(
+            size=size,
+            settings=self.config["coupling"],
+            prompt_set=self.config["coupling"]["prompts"][wildcards.prompts],
+        )
 
     def measure_coupling_shard(self, wildcards: Any, input: Any) -> Needs:
         size = self._known_size(wildcards.model, input.model)

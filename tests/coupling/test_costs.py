@@ -1,6 +1,7 @@
 """The coupling's cost model (``layerlaws.coupling.costs``): what ``svd: auto`` chooses and
-what token-local products save, against counts made here by hand; and the estimate's
-GPU-hours line (``layerlaws.pipeline.planning.gpu_hours_line``)."""
+what token-local products save, against counts made here by hand; the host memory planned
+for a coupling job (its random twin, one prompt's measurement, the prompts' tokens); and
+the estimate's GPU-hours line (``layerlaws.pipeline.planning.gpu_hours_line``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from layerlaws.coupling.costs import (
     FORMED,
     KEY_VALUE_SHARE,
     MATRIX_FREE,
+    TOKEN_BYTES,
     PromptShape,
+    coupling_merge_needs,
+    coupling_needs,
     sketch_products,
 )
+from layerlaws.forward.costs import ModelSize
 from layerlaws.pipeline.planning import gpu_hours_line
 
 PAPER = ("paper", "unnormalised")
@@ -61,3 +66,70 @@ def test_the_gpu_hours_line_schedules_the_longest_jobs_first():
     assert gpu_hours_line(rows, 2) == ("gpu_hours=5.5 coupling_gpu_hours=4.0 wall_hours_on=2:3.0")
     # On 1 GPU, one after the other (the 2-GPU job on the one there is).
     assert gpu_hours_line(rows, 1) == "gpu_hours=5.5 coupling_gpu_hours=4.0 wall_hours_on=1:3.5"
+
+
+LLAMA_70B = ModelSize(70_553_706_496, 80, 8192, 128_256, "llama")
+GIB = 2**30
+PAPER_SETTINGS = {
+    "ks": [10, 30, 50],
+    "metrics": ["paper", "unnormalised", "released_trace", "released_norm"],
+    "token_layers": [],
+    "products": "token_local",
+    "svd": "auto",
+}
+
+
+def prompt_set(prompts: int) -> dict:
+    return {
+        "texts": ["a"] * prompts,
+        "n_from_dataset": 0,
+        "max_tokens": 128,
+        "jacobian_prompts": 100,
+    }
+
+
+def planned(prompts: int, **options):
+    """The needs of the paper's coupling of a 70B Llama (nf4, on GPUs) on ``prompts``."""
+    return coupling_needs(
+        size=LLAMA_70B,
+        settings=PAPER_SETTINGS,
+        prompt_set=prompt_set(prompts),
+        shards=1,
+        dtype="bfloat16",
+        quantization="nf4",
+        on_gpu=True,
+        gpus="auto",
+        gpu_memory_gb=80,
+        **options,
+    )
+
+
+def test_a_coupling_jobs_host_memory_grows_with_its_prompts_by_their_tokens_alone():
+    """Each prompt's streams (L + 1, T, d) float32, 340 MB here under each weights, are
+    written as they are measured: ten times the prompts add their tokens only."""
+    few, many = planned(120), planned(1201)
+    tokens_mb = (1201 - 120) * 128 * TOKEN_BYTES / 2**20
+    assert many.mem_mb - few.mem_mb == pytest.approx(tokens_mb, abs=1)
+    streams_mb = (1201 - 120) * 2 * 81 * 128 * 8192 * 4 / 2**20
+    assert many.disk_mb - few.disk_mb > 2 * streams_mb  # its files, then its outputs
+
+
+def test_a_coupling_job_plans_its_random_twin_drawn_in_float32_on_the_host():
+    """A drawn twin of a 70B model is 70.55e9 float32 numbers on the CPU before it is
+    quantised and moved; a training's step-0 checkpoint is read instead, at most its nf4
+    size (about 40 GiB)."""
+    drawn, read = planned(1201), planned(1201, step_zero=True)
+    assert 70_553_706_496 * 4 / GIB < drawn.mem_mb / 1024 < 70_553_706_496 * 4 / GIB + 10
+    assert 40 < read.mem_mb / 1024 < 50
+
+
+def test_the_merge_of_coupling_shards_holds_one_prompt():
+    """The merge reads the shards a prompt at a time: its host memory is far below the
+    outputs it writes, and grows with the prompts by their tokens alone."""
+    few, many = (
+        coupling_merge_needs(size=LLAMA_70B, settings=PAPER_SETTINGS, prompt_set=prompt_set(n))
+        for n in (120, 1201)
+    )
+    assert many.gpu == 0 and many.mem_mb < 5 * 1024 < many.disk_mb / 100
+    tokens_mb = (1201 - 120) * 128 * TOKEN_BYTES / 2**20
+    assert many.mem_mb - few.mem_mb == pytest.approx(tokens_mb, abs=1)

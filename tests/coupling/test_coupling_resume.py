@@ -13,13 +13,15 @@ import shutil
 import numpy as np
 import polars as pl
 import pytest
-from coupling_runs import measure_prompts
+from coupling_runs import measure_prompts, measured_files, written
 from fault_injection import killed_saves, killing_environment
 from snakemake_runs import run_ok, snakemake, write_config
 
 import layerlaws.coupling.prompt_set as prompt_set
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves
 from layerlaws.core.shards import shard_indices
+from layerlaws.coupling.job import ShardArchives, write_shard
 from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.models.loading import coupling_twins
@@ -123,6 +125,46 @@ def test_a_save_of_other_prompts_is_discarded(
     with caplog.at_level(logging.INFO, logger="layerlaws"):
         result = measured(llama_folder, ProgressSaves(path, "inputs", 0))
     assert f"measured prompts are not the first of this job's {UNITS}" in caplog.text
+    assert computed == PROMPTS * 2
+    assert_same(result, uninterrupted)
+
+
+def test_a_save_whose_prompt_files_are_gone_is_discarded(
+    llama_folder, uninterrupted, monkeypatch, caplog, tmp_path
+):
+    path = tmp_path / ".resume" / "depth.csv.pt"
+    killed_run(monkeypatch, ProgressSaves(path, "inputs", 0), 4, folder=llama_folder)
+    (tmp_path / ".resume" / "depth.csv.prompts" / "trained-1.prompt").unlink()
+    computed = counted_prompts(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="layerlaws"):
+        result = measured(llama_folder, ProgressSaves(path, "inputs", 0))
+    assert "1 of its 4 measured prompts have no file" in caplog.text
+    assert "resuming the coupling" not in caplog.text and computed == PROMPTS * 2
+    assert_same(result, uninterrupted)
+
+
+def test_a_run_that_does_not_resume_removes_the_save_of_the_files_it_overwrites(
+    llama_folder, uninterrupted, monkeypatch, tmp_path
+):
+    """A run of other settings, killed before its first save, has overwritten the first
+    prompt's file of a save it discarded: that save is gone, so a rerun of the first
+    settings measures every prompt again instead of resuming onto the other's file."""
+    path = tmp_path / ".resume" / "depth.csv.pt"
+    killed_run(monkeypatch, ProgressSaves(path, "inputs", 0), 1, folder=llama_folder)
+    real_measure = prompt_set.measure_prompt
+
+    def measure_once(model, input_ids, **kwargs):
+        if (tmp_path / ".resume" / "depth.csv.prompts" / "trained-0.prompt").exists():
+            raise Killed
+        return real_measure(model, input_ids, **kwargs)
+
+    other = dataclasses.replace(SETTINGS, lss_window=3)
+    with monkeypatch.context() as patched, pytest.raises(Killed):
+        patched.setattr(prompt_set, "measure_prompt", measure_once)
+        measured(llama_folder, ProgressSaves(path, "other", 60), settings=other)
+    assert not path.exists()
+    computed = counted_prompts(monkeypatch)
+    result = measured(llama_folder, ProgressSaves(path, "inputs", 0))
     assert computed == PROMPTS * 2
     assert_same(result, uninterrupted)
 
@@ -236,24 +278,42 @@ def test_sharded_coupling_merges_to_the_one_job_outputs_and_killed_shards_resume
     assert_same_outputs(workdir, one_job)
 
 
-def test_shards_of_a_prompt_set_combine_to_the_one_job_tables(llama_folder, uninterrupted):
+def test_shards_of_a_prompt_set_combine_to_the_one_job_tables(
+    llama_folder, uninterrupted, tmp_path
+):
     """Three prompts in two shards (prompts 0 and 2, prompt 1), measured apart as two jobs
-    would and combined: the tables and arrays of one job, bit for bit."""
+    would, each written into its archive, and merged from the archives: the tables and
+    arrays of one job, bit for bit."""
     twins = coupling_twins(llama_folder, None, "float32", "cpu", SETTINGS.init_seed)
     coupling = TokenCoupling.of(SETTINGS, 4)
-    measured = {}
+    archives = []
     for shard in (1, 0):
         indices = shard_indices(len(PROMPTS), shard, 2)
         assert list(indices) == ([0, 2] if shard == 0 else [1])
-        measured |= prompt_set.measure_prompts(
+        files = measured_files(
             twins,
             PROMPTS,
-            indices,
-            token_coupling=coupling,
+            tmp_path / f"{shard}.prompts",
             settings=SETTINGS,
-            vjp_chunk=16,
-            device="cpu",
+            token_coupling=coupling,
+            indices=indices,
         )
-    labels = [[str(token) for token in prompt] for prompt in PROMPTS]
-    combined = prompt_set.combine(measured, ["trained", "random"], labels, coupling, SETTINGS)
+        archives.append(tmp_path / f"{shard}.pt")
+        write_shard(archives[-1], files)
+    combined = written(ShardArchives(archives, len(PROMPTS)), PROMPTS, coupling, SETTINGS)
     assert_same(combined, uninterrupted)
+
+
+def test_shards_that_miss_a_prompt_or_cannot_be_read_are_refused(tmp_path):
+    """An archive that lacks a prompt of the set, and one that is no archive, each stop
+    the merge with what to do."""
+    files = prompt_set.PromptFiles(tmp_path / "prompts", (("trained", 0), ("random", 0)))
+    for weights, index in files.units:
+        files.path(weights, index).parent.mkdir(exist_ok=True)
+        files.path(weights, index).write_bytes(b"")
+    write_shard(tmp_path / "0.pt", files)
+    with pytest.raises(LayerlawsError, match="hold 2 prompt measurements, not the 4 of 2"):
+        ShardArchives([tmp_path / "0.pt"], 2)
+    (tmp_path / "1.pt").write_bytes(b"not an archive")
+    with pytest.raises(LayerlawsError, match=r"cannot read the coupling shard .*1\.pt"):
+        ShardArchives([tmp_path / "0.pt", tmp_path / "1.pt"], 1)
