@@ -41,8 +41,7 @@ def divided_counts(config: Mapping[str, Any]) -> dict[str, Any]:
             dataset["n_samples"] = divided(dataset["n_samples"], factor)
     for prompt_set in scaled["coupling"]["prompts"].values():
         for name in PROMPT_COUNTS:
-            if name in prompt_set:
-                prompt_set[name] = divided(prompt_set[name], factor)
+            prompt_set[name] = divided(prompt_set[name], factor)
     for training in scaled["training"].values():
         _divide_training(training, factor)
     synthetic = scaled["synthetic"]
@@ -59,12 +58,10 @@ def _divide_training(training: dict[str, Any], factor: int) -> None:
     above its warm-up; listed checkpoint steps are divided too (a count of checkpoints is
     kept)."""
     for name in TRAINING_COUNTS:
-        if name in training:
-            training[name] = divided(training[name], factor)
+        training[name] = divided(training[name], factor)
     epochs = training.get("epochs") or 1
     training["steps"] = math.ceil(training["steps"] / epochs) * epochs
-    if "warmup_steps" in training:
-        training["warmup_steps"] = min(divided(training["warmup_steps"], factor), training["steps"])
+    training["warmup_steps"] = min(divided(training["warmup_steps"], factor), training["steps"])
     if isinstance(training.get("checkpoints"), list):
         steps = {
             min(divided(step, factor) if step else 0, training["steps"])

@@ -151,11 +151,11 @@ def save_standin(folder: Path, family: str, texts: Sequence[str], seed: int) -> 
     sizes: dict[str, Any] = {"hidden_size": WIDTH, "num_hidden_layers": LAYERS}
     if family == "t5":
         sizes |= {"num_decoder_layers": LAYERS, "d_model": WIDTH}
-    elif family in ("mpt",):
+    elif family == "mpt":
         sizes |= {"max_seq_len": POSITIONS}
     elif family == "rwkv":
         sizes |= {"context_length": POSITIONS, "attention_hidden_size": WIDTH}
-    elif family not in ("mamba",):
+    elif family != "mamba":
         sizes |= {"max_position_embeddings": POSITIONS}
     if family == "gpt_neo":
         sizes["attention_types"] = [[["global", "local"], LAYERS // 2]]
