@@ -348,6 +348,17 @@ MUTATIONS = (
         "a training of E epochs reads its whole sample, not the first steps × batch / E sequences",
     ),
     Mutation(
+        "ffn_gradient_ignores_relu",
+        "synthetic/models.py",
+        "        hidden_gradient *= summed > 0",
+        "        hidden_gradient *= summed != 0",
+        (
+            "tests/synthetic/test_synthetic.py::"
+            "test_the_gradients_by_hand_equal_autograd_through_the_models_definition",
+        ),
+        "F_ffn's hand-written backward pass lets the gradient through the ReLU where it is off",
+    ),
+    Mutation(
         "trained_separator_as_text",
         "text/tokens.py",
         "special = part.ravel() == separator_id",
