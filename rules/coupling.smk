@@ -1,7 +1,12 @@
 # Stage 6: Jacobian coupling of transformer blocks and hidden trajectories, for the
 # trained model and its randomly initialised twin.
 from layerlaws.coupling.settings import CouplingSettings
-from layerlaws.coupling.workflow import COUPLING_FIGURES, TRAJECTORY_FIGURES
+from layerlaws.coupling.workflow import (
+    COUPLING_FIGURES,
+    PER_PROMPT_FIGURES,
+    PER_PROMPT_TABLES,
+    TRAJECTORY_FIGURES,
+)
 
 COUPLING_PARAMS = {
     "prompts": lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
@@ -26,6 +31,7 @@ rule measure_coupling:
         trajectories=f"{LAYOUT.trajectories()}/tokens.csv",
         layers=f"{LAYOUT.trajectories()}/layers.csv",
         streams=f"{LAYOUT.trajectories()}/streams.npz",
+        prompts=f"{LAYOUT.coupling()}/prompts.csv",
     log:
         LAYOUT.log("measure_coupling", "{model}", "{prompts}"),
     threads: MODEL_THREADS
@@ -93,3 +99,38 @@ rule plot_coupling:
         title="{model} on {prompts}",
     script:
         "../scripts/plot_coupling.py"
+
+
+# The coupling of each prompt and of each dataset of a prompt set (Aubry et al. §5.4,
+# Table 3), and coupling against prompt length (Fig. 10): asked for by rule all for prompt
+# sets drawn from several datasets.
+rule summarize_coupling:
+    input:
+        depth=f"{LAYOUT.coupling()}/depth.csv",
+        prompts=f"{LAYOUT.coupling()}/prompts.csv",
+    output:
+        **{
+            name: report(
+                f"{LAYOUT.coupling()}/{name}.csv",
+                caption=f"../report/coupling_{name}.rst",
+                category="Block coupling",
+                subcategory="{model} on {prompts}",
+            )
+            for name in PER_PROMPT_TABLES
+        },
+        **{
+            name: report(
+                f"{LAYOUT.coupling()}/{name}.{PLOT_FORMAT}",
+                caption=f"../report/coupling_{name}.rst",
+                category="Block coupling",
+                subcategory="{model} on {prompts}",
+            )
+            for name in PER_PROMPT_FIGURES
+        },
+    log:
+        LAYOUT.log("summarize_coupling", "{model}", "{prompts}"),
+    params:
+        plots=plot_options(config),
+        title="{model} on {prompts}",
+    script:
+        "../scripts/summarize_coupling.py"

@@ -4,7 +4,9 @@ initialised twin, or for a training checkpoint its own step-0 weights
 (results/coupling/{model}/{prompts}/, trajectories in its trajectories/). With
 ``coupling.shards`` above 1, a shard job measures every N-th prompt into
 shards/{shard}.pt (an archive of its prompts' files) and ``measure_coupling`` merges the
-shards (``layerlaws.coupling.job``).
+shards (``layerlaws.coupling.job``). The Jacobians are measured on the prompt set's subset
+(``layerlaws.coupling.subset``); prompts.csv says where each prompt comes from and whether
+its Jacobians were measured.
 
 Each prompt's measurement is written to a file of its own beside the job's first output as
 soon as it is measured (``.resume/depth.csv.prompts/``), and how many are done is saved
@@ -17,13 +19,21 @@ import logging
 
 import torch
 
+from layerlaws.core.atomic import write_csv
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
 from layerlaws.core.shards import shard_indices
-from layerlaws.coupling.job import ShardArchives, job_prompts, measure_job, write_shard
+from layerlaws.coupling.job import (
+    ShardArchives,
+    job_prompts,
+    measure_job,
+    prompt_table,
+    write_shard,
+)
 from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.prompt_set import write_outputs
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.subset import jacobian_indices
 from layerlaws.models.facts import read_facts
 from layerlaws.pipeline.execution import Execution
 
@@ -36,7 +46,8 @@ def main() -> None:
     )
     settings = CouplingSettings.from_params(params)
     model, initial = snakemake.input.model, snakemake.input.initial
-    prompts, labels = job_prompts(model, params.prompts, snakemake.input.sentences)
+    prompts, labels, datasets = job_prompts(model, params.prompts, snakemake.input.sentences)
+    jacobians = jacobian_indices(params.prompts, datasets)
     shard = snakemake.wildcards.get("shard")
     shards = getattr(snakemake.input, "shards", [])
     if shards:
@@ -59,7 +70,7 @@ def main() -> None:
             settings=settings,
             dtype=params.dtype,
             quantization=params.quantization,
-            jacobian_prompts=params.prompts["jacobian_prompts"],
+            jacobian_indices=jacobians,
             devices=devices,
             vjp_chunk=execution.vjp_chunk,
             saves=saves,
@@ -69,6 +80,7 @@ def main() -> None:
     else:
         token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
         write_outputs(measured, labels, token_coupling, settings, output)
+        write_csv(output.prompts, prompt_table(prompts, datasets, jacobians))
     if saves is not None:  # removed once every output is written
         measured.remove()
         logging.getLogger("layerlaws").info("progress saves: %s", saves.finish())

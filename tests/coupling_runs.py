@@ -65,7 +65,7 @@ def measured_files(
     token_coupling: TokenCoupling,
     indices: Sequence[int] | None = None,
     saves: ProgressSaves | None = None,
-    jacobian_prompts: int | None = None,
+    jacobian_indices: Sequence[int] | None = None,
 ) -> prompt_set.PromptFiles:
     """``measure_prompts`` of the prompts of ``indices`` (all by default) under ``twins``
     on the CPU, 16 products at a time, their files in ``folder``."""
@@ -79,7 +79,7 @@ def measured_files(
         device="cpu",
         folder=folder,
         saves=saves,
-        jacobian_prompts=jacobian_prompts,
+        jacobian_indices=jacobian_indices,
     )
 
 
@@ -90,7 +90,7 @@ def measure_prompts(
     dtype: str = "float32",
     token_coupling: TokenCoupling | None = None,
     saves: ProgressSaves | None = None,
-    jacobian_prompts: int | None = None,
+    jacobian_indices: Sequence[int] | None = None,
 ) -> tuple[Any, Any]:
     """(twins, the outputs ``measure_prompts`` and ``write_outputs`` give, read back) of
     the model in ``folder`` and its random twin, loaded afresh in ``dtype`` on the CPU; the
@@ -106,6 +106,6 @@ def measure_prompts(
             settings=settings,
             token_coupling=token_coupling,
             saves=saves,
-            jacobian_prompts=jacobian_prompts,
+            jacobian_indices=jacobian_indices,
         )
         return twins, written(measured, prompts, token_coupling, settings)

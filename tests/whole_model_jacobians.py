@@ -125,7 +125,7 @@ def pipeline_step_jacobian(
         if any(graph is None for graph in graphs):
             return None, streams
         earlier = [graph.rows(list(range(output + 1))) for output, graph in enumerate(graphs)]
-        zeros = torch.zeros(length, width, width, dtype=earlier[0].dtype)
+        zeros = torch.zeros(length, width, width, dtype=earlier[0].dtype, device=stream.device)
         rows = torch.stack([torch.cat([found, zeros[len(found) :]]) for found in earlier])
     else:
         rows = torch.stack(
@@ -134,7 +134,8 @@ def pipeline_step_jacobian(
                 for output in range(length)
             ]
         )  # [t2, t1, i, j]
-    identity = torch.eye(length * width, dtype=rows.dtype).reshape(length, width, length, width)
+    identity = torch.eye(length * width, dtype=rows.dtype, device=rows.device)
+    identity = identity.reshape(length, width, length, width)
     return rows.permute(0, 2, 1, 3) + identity, streams
 
 
@@ -163,3 +164,18 @@ def pipeline_self_jacobians(
 def relative_difference(jacobian: torch.Tensor, reference: torch.Tensor) -> float:
     """‖J − J_ref‖_max / ‖J_ref‖_max."""
     return ((jacobian - reference).abs().max() / reference.abs().max()).item()
+
+
+def assert_blocks_jacobians(model: Any, input_ids: torch.Tensor, bound: float) -> None:
+    """Every block's Jacobian by both product paths of the coupling stage (token-local,
+    which must not fall back, and whole-sequence) within ``bound`` of the whole-model
+    reference (``relative_difference``), at ``input_ids`` on the model's device."""
+    for block in range(len(scanned_blocks(model))):
+        whole, streams = pipeline_step_jacobian(model, input_ids, block)
+        local, _ = pipeline_step_jacobian(model, input_ids, block, local=True)
+        assert local is not None, f"block {block} fell back to whole-sequence products"
+        reference = reference_step_jacobian(model, input_ids, block, streams[block])
+        assert torch.isfinite(reference).all() and reference.abs().max() > 0
+        for path, found in (("whole-sequence", whole), ("token-local", local)):
+            error = relative_difference(found, reference)
+            assert error <= bound, f"block {block}, {path}: {error:.1e}"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import pickle
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -36,7 +36,7 @@ from layerlaws.models.loading import (
     logged_claim,
     plan_placement,
 )
-from layerlaws.text.corpus import prompt_texts
+from layerlaws.text.corpus import prompt_sources
 from layerlaws.text.tokens import tokenize_prompts
 
 log = logging.getLogger("layerlaws")
@@ -44,10 +44,10 @@ log = logging.getLogger("layerlaws")
 
 def job_prompts(
     model: str | Path, prompt_set: Mapping[str, Any], sentences: Sequence[str | Path]
-) -> tuple[list[list[int]], list[list[str]]]:
-    """The token ids of every prompt of ``prompt_set`` for the prepared ``model``, and
-    each one's token texts; a LayerlawsError, first thing in a coupling job, for an
-    encoder–decoder."""
+) -> tuple[list[list[int]], list[list[str]], list[str | None]]:
+    """The token ids of every prompt of ``prompt_set`` for the prepared ``model``, each
+    one's token texts and the dataset it comes from (None: one of the set's own texts); a
+    LayerlawsError, first thing in a coupling job, for an encoder–decoder."""
     facts = read_facts(model)
     require_single_stack(
         facts.model_type,
@@ -57,14 +57,44 @@ def job_prompts(
     )
     samples = [pl.read_parquet(path) for path in sentences]
     tokenizer = load_tokenizer(model)
-    prompts = tokenize_prompts(
-        prompt_texts(prompt_set, samples),
+    texts, datasets = zip(*prompt_sources(prompt_set, samples), strict=True)
+    prompts, kept = tokenize_prompts(
+        list(texts),
         tokenizer,
         prompt_set["max_tokens"],
         prompt_set["too_long"],
         facts.max_positions,
     )
-    return prompts, [tokenizer.convert_ids_to_tokens(ids) for ids in prompts]
+    labels = [tokenizer.convert_ids_to_tokens(ids) for ids in prompts]
+    return prompts, labels, [datasets[index] for index in kept]
+
+
+def prompt_table(
+    prompts: Sequence[Sequence[int]],
+    datasets: Sequence[str | None],
+    jacobian_indices: Collection[int] | None,
+) -> pl.DataFrame:
+    """One row per prompt of a set (``prompts.csv``): ``prompt`` (its index in the other
+    tables), ``dataset`` (the dataset it comes from; null for the set's own texts),
+    ``tokens`` (its length, special tokens included) and ``jacobians`` (whether its
+    Jacobians' coupling is measured, ``jacobian_indices``; None: every prompt's)."""
+    return pl.DataFrame(
+        {
+            "prompt": list(range(len(prompts))),
+            "dataset": list(datasets),
+            "tokens": [len(ids) for ids in prompts],
+            "jacobians": [
+                jacobian_indices is None or index in jacobian_indices
+                for index in range(len(prompts))
+            ],
+        },
+        schema={
+            "prompt": pl.Int64,
+            "dataset": pl.String,
+            "tokens": pl.Int64,
+            "jacobians": pl.Boolean,
+        },
+    )
 
 
 def measure_job(
@@ -76,7 +106,7 @@ def measure_job(
     settings: CouplingSettings,
     dtype: str,
     quantization: str,
-    jacobian_prompts: int | None,
+    jacobian_indices: Collection[int] | None,
     devices: DeviceRequest,
     vjp_chunk: int,
     saves: ProgressSaves,
@@ -84,7 +114,8 @@ def measure_job(
     """The prompts of ``indices`` measured under the prepared ``model``'s weights and its
     random twin (the step-0 weights ``initial`` of a training checkpoint), in ``dtype``
     under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
-    time; their files beside the job's progress save (``prompt_folder``)."""
+    time, the Jacobians of those of ``jacobian_indices`` only (None: of every one); their
+    files beside the job's progress save (``prompt_folder``)."""
     facts = read_facts(model)
     require_ks_within(settings, facts.hidden_size)
     token_coupling = TokenCoupling.of(settings, facts.num_layers)
@@ -105,7 +136,7 @@ def measure_job(
             device=claim.device,
             folder=prompt_folder(saves),
             saves=saves,
-            jacobian_prompts=jacobian_prompts,
+            jacobian_indices=jacobian_indices,
         )
 
 

@@ -1,4 +1,5 @@
-"""Figures of the block-coupling and trajectory stage (Aubry et al., Figs. 1, 3, 4, 17, 23–25).
+"""Figures of the block-coupling and trajectory stage (Aubry et al., Figs. 1, 3, 4, 10, 17,
+23–25).
 
 ``options`` are the config's plot options (``format``, ``dpi``, ``width``). Every figure
 sets the trained model beside its randomly initialised twin.
@@ -86,10 +87,11 @@ def plot_tokens(
     options: Mapping[str, Any],
 ) -> None:
     """Token-wise mis-coupling by the paper's metric at the first chosen layer pair, first
-    prompt (Fig. 4)."""
+    prompt whose Jacobians are measured (Fig. 4)."""
     tokens = _paper_metric(tokens)
     k = tokens["k"].min()
-    layer_a, layer_b = tokens.row(0, named=True)["layer_a"], tokens.row(0, named=True)["layer_b"]
+    first = tokens.row(0, named=True)
+    prompt, layer_a, layer_b = first["prompt"], first["layer_a"], first["layer_b"]
     kinds = tokens["kind"].unique(maintain_order=True).to_list()
     figure, axes = plt.subplots(
         2, len(kinds), figsize=(options["width"], options["width"] / 1.6), squeeze=False
@@ -98,7 +100,7 @@ def plot_tokens(
         for column, kind in enumerate(kinds):
             block = tokens.filter(
                 (pl.col("weights") == weights)
-                & (pl.col("prompt") == "0")
+                & (pl.col("prompt") == prompt)
                 & (pl.col("kind") == kind)
                 & (pl.col("k") == k)
                 & (pl.col("layer_a") == layer_a)
@@ -184,6 +186,17 @@ def _draw_grid(
         figure.colorbar(image, ax=axis, shrink=0.8, label="|A| / max |A| of the tile")
 
 
+def first_coupled_prompt(couplings: Mapping[str, np.ndarray]) -> int:
+    """The first prompt whose coupling matrices ``couplings`` (couplings.npz) holds: the
+    first whose Jacobians are measured (``coupling.prompts.<set>.jacobian_draw``)."""
+    prefix = "depth/trained/"
+    return min(
+        int(key.removeprefix(prefix))
+        for key in couplings
+        if key.startswith(prefix) and key.removeprefix(prefix).isdigit()
+    )
+
+
 def depth_grid_blocks(num_layers: int) -> range:
     """The blocks (1-based) of the depth grid of a model of ``num_layers`` blocks: those of
     ``GRID_BLOCKS``, or as many ending at its last block where it has fewer."""
@@ -199,12 +212,14 @@ def plot_depth_grid(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """|A_{ll′}| = |U′_{l′}ᵀ J^l V′_{l′}| of the first prompt's last token for the blocks
-    of ``GRID_BLOCKS`` (9–16, Aubry et al.'s Fig. 3), laid out l × l′, random twin on top
-    and trained model below; ``couplings`` is couplings.npz."""
-    blocks = depth_grid_blocks(couplings["depth/trained/0"].shape[0])
+    """|A_{ll′}| = |U′_{l′}ᵀ J^l V′_{l′}| of the last token of the first prompt with
+    Jacobians (``first_coupled_prompt``) for the blocks of ``GRID_BLOCKS`` (9–16, Aubry et
+    al.'s Fig. 3), laid out l × l′, random twin on top and trained model below;
+    ``couplings`` is couplings.npz."""
+    prompt = first_coupled_prompt(couplings)
+    blocks = depth_grid_blocks(couplings[f"depth/trained/{prompt}"].shape[0])
     rows = slice(blocks.start - 1, blocks.stop - 1)
-    grids = {w: couplings[f"depth/{w}/0"][rows, rows] for w in WEIGHTS}
+    grids = {w: couplings[f"depth/{w}/{prompt}"][rows, rows] for w in WEIGHTS}
     figure, axes = plt.subplots(2, 1, figsize=(options["width"] / 2, options["width"] * 0.9))
     _draw_grid(figure, axes, grids, np.array(blocks), "block")
     k = int(couplings["k"])
@@ -220,12 +235,14 @@ def plot_token_grid(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """|A^{tt t′t′}_{ll′}|: the self-Jacobians J^l_{tt} of the first prompt coupled with the
-    singular vectors of J^{l′}_{t′t′}, for its last ``GRID_TOKENS`` tokens at the first
-    token layer pair, random twin on top and trained model below (Aubry et al., Fig. 4)."""
-    length = couplings["tokens/trained/0"].shape[0]
+    """|A^{tt t′t′}_{ll′}|: the self-Jacobians J^l_{tt} of the first prompt with Jacobians
+    (``first_coupled_prompt``) coupled with the singular vectors of J^{l′}_{t′t′}, for its
+    last ``GRID_TOKENS`` tokens at the first token layer pair, random twin on top and
+    trained model below (Aubry et al., Fig. 4)."""
+    prompt = first_coupled_prompt(couplings)
+    length = couplings[f"tokens/trained/{prompt}"].shape[0]
     first = max(length - GRID_TOKENS, 0)
-    grids = {w: couplings[f"tokens/{w}/0"][first:, first:] for w in WEIGHTS}
+    grids = {w: couplings[f"tokens/{w}/{prompt}"][first:, first:] for w in WEIGHTS}
     figure, axes = plt.subplots(2, 1, figsize=(options["width"] / 2, options["width"] * 0.9))
     _draw_grid(figure, axes, grids, np.arange(first, length), "token")
     layer_a, layer_b = (int(layer) for layer in couplings["token_layers"])
@@ -436,3 +453,33 @@ def plot_layers(
         axis.set_ylabel(label, fontsize=8)
         axis.legend(fontsize=7)
     finish_figure(figure, f"{title}: trajectories against depth", path, options)
+
+
+def plot_prompt_length(
+    panel: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """The coupling of each prompt with Jacobians against its length in tokens, a colour
+    per dataset, trained beside random weights, with Pearson r over the prompts (Aubry et
+    al., Fig. 10, right). ``panel``: ``layerlaws.coupling.per_prompt.length_panel``'s
+    points (−m of Eq. 13 averaged over all layer pairs, §5.4, at the smallest K)."""
+    symbol = "m" if panel["metric"][0] == "unnormalised" else "m̃"
+    figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] / 2.4))
+    for axis, weights in zip(axes, WEIGHTS, strict=True):
+        block = panel.filter(pl.col("weights") == weights)
+        for (dataset,), part in block.group_by("dataset", maintain_order=True):
+            label = dataset or "the set's own texts"
+            axis.plot(part["tokens"], part["coupling"], "o", markersize=3, label=label)
+        varies = all(block[column].n_unique() > 1 for column in ("tokens", "coupling"))
+        r = np.corrcoef(block["tokens"], block["coupling"])[0, 1] if varies else None
+        axis.set_title(weights + ("" if r is None else f", r = {r:.2f}"), fontsize=9)
+        axis.set_xlabel("prompt length (tokens)")
+        axis.set_ylabel(f"coupling −{symbol}, mean over layer pairs")
+        axis.legend(fontsize=6)
+    k = panel["k"][0]
+    finish_figure(
+        figure, f"{title}: coupling against prompt length, K={k}", path, options, tight=False
+    )

@@ -20,7 +20,7 @@ import logging
 import pickle
 import shutil
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,8 +55,9 @@ ARRAYS = ("factors", "couplings", "streams")
 - factors: ``<weights>/<prompt>/{u,s,v}``, top-K factors of the last-token Jacobians;
 - couplings: ``k``, K (the smallest of ``ks``); ``token_layers``, the first token layer
   pair (l, l′); ``depth/<weights>/<prompt>``, A of every depth pair (L, L, K, K), and
-  ``depth/<weights>/mean_abs``, their mean |A| over prompts; ``tokens/<weights>/0``, A of
-  the ``self`` kind at that pair, first prompt (T, T, K, K). float32;
+  ``depth/<weights>/mean_abs``, their mean |A| over prompts; ``tokens/<weights>/<prompt>``,
+  A of the ``self`` kind at that pair (T, T, K, K), of the first prompt whose Jacobians
+  are measured. float32;
 - streams: ``<weights>/<prompt>``, the raw residual stream (L + 1, T, d)."""
 SUFFIX = ".prompts"
 """Of a job's folder of measured prompts, beside its progress save."""
@@ -120,13 +121,13 @@ def measure_prompts(
     device: str,
     folder: str | Path,
     saves: ProgressSaves | None = None,
-    jacobian_prompts: int | None = None,
+    jacobian_indices: Collection[int] | None = None,
 ) -> PromptFiles:
     """``measure_prompt`` for the prompts (token ids) of ``indices`` under every weights
     (e.g. ``trained`` and ``random``) on ``device``, each written to its file in ``folder``
     as soon as it is measured; ``svd: auto`` decides for the longest of all ``prompts``, so
-    that every shard of a set decides alike. Only the prompts before index
-    ``jacobian_prompts`` (all when None) have their Jacobians measured, the rest their
+    that every shard of a set decides alike. Only the prompts of ``jacobian_indices`` (all
+    when None; ``layerlaws.coupling.subset``) have their Jacobians measured, the rest their
     trajectories. With ``saves`` the prompts measured by an earlier run of the same inputs
     (its last save, their files in ``folder``) are kept, and how many are measured is saved
     after each prompt that leaves some to measure; otherwise ``folder`` starts empty (the
@@ -154,7 +155,7 @@ def measure_prompts(
             settings=settings,
             vjp_chunk=vjp_chunk,
             svd_length=longest,
-            jacobians=jacobian_prompts is None or index < jacobian_prompts,
+            jacobians=jacobian_indices is None or index in jacobian_indices,
         )
         _write_prompt(files.path(weights, index), measurement)
         del measurement  # not held while the next prompt is measured
@@ -310,8 +311,8 @@ def write_outputs(
                     couplings.add(f"depth/{weights}/{index}", prompt.depth_couplings)
                     absolute = absolute + np.abs(prompt.depth_couplings).astype(np.float64)
                     count += 1
-                    if index == 0:
-                        couplings.add(f"tokens/{weights}/0", prompt.token_couplings)
+                    if count == 1:
+                        couplings.add(f"tokens/{weights}/{index}", prompt.token_couplings)
                 del prompt  # not held while the next prompt is read
             couplings.add(f"depth/{weights}/mean_abs", (absolute / count).astype(np.float32))
         tables["depth"].add(means.rows())

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from layerlaws.core.errors import require_key
+from layerlaws.core.errors import LayerlawsError, require_key
+from layerlaws.coupling.subset import subset_problem
 from layerlaws.text.corpus import prompt_datasets
 
 COUPLING_FIGURES = (
@@ -23,27 +24,47 @@ COUPLING_FIGURES = (
 """The coupling figures of one model on one prompt set (``plot_coupling``)."""
 TRAJECTORY_FIGURES = ("shape", "pca", "layers")
 """The trajectory figures of one model on one prompt set (``plot_coupling``)."""
+PER_PROMPT_TABLES = ("prompt_coupling", "datasets")
+"""The per-prompt and per-dataset coupling of one model on one prompt set
+(``summarize_coupling``, ``layerlaws.coupling.per_prompt``)."""
+PER_PROMPT_FIGURES = ("prompt_length",)
+"""Its figure: coupling against prompt length (Aubry et al., Fig. 10, right)."""
+
+
+def per_prompt_outputs(coupling: str, plot_format: str) -> list[str]:
+    """The outputs of ``summarize_coupling`` in the folder ``coupling`` of a coupling run."""
+    return [f"{coupling}/{name}.csv" for name in PER_PROMPT_TABLES] + [
+        f"{coupling}/{name}.{plot_format}" for name in PER_PROMPT_FIGURES
+    ]
 
 
 def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
-    """Per coupling run its coupling and trajectory figures."""
+    """Per coupling run its coupling and trajectory figures, and for a prompt set drawn
+    from several datasets its per-prompt and per-dataset coupling."""
     paths = []
+    prompt_sets = expanded.config["coupling"]["prompts"]
     for model, prompts in expanded.coupling_runs:
         coupling = layout.coupling(model, prompts)
         trajectories = layout.trajectories(model, prompts)
         paths += [f"{coupling}/{name}.{plot_format}" for name in COUPLING_FIGURES]
         paths += [f"{trajectories}/{name}.{plot_format}" for name in TRAJECTORY_FIGURES]
+        if len(prompt_datasets(prompt_sets[prompts])) > 1:
+            paths += per_prompt_outputs(coupling, plot_format)
     return paths
 
 
 def check_coupling(expanded: Any) -> None:
-    """Prompt sets name datasets; coupling runs name a model (after expansion) and a
+    """Prompt sets name datasets and a Jacobian subset they can draw
+    (``layerlaws.coupling.subset``); coupling runs name a model (after expansion) and a
     prompt set."""
     datasets = expanded.config["datasets"]
     prompt_sets = expanded.config["coupling"]["prompts"]
     for name, prompts in prompt_sets.items():
         for dataset in prompt_datasets(prompts):
             require_key(f"coupling.prompts.{name}.dataset", dataset, "datasets", datasets)
+        problem = subset_problem(name, prompts)
+        if problem is not None:
+            raise LayerlawsError(f"config {problem}")
     for index, (model, prompts) in enumerate(expanded.coupling_runs):
         require_key(f"coupling.runs[{index}].model", model, "models", expanded.models)
         require_key(f"coupling.runs[{index}].prompts", prompts, "coupling.prompts", prompt_sets)

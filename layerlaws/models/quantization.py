@@ -1,8 +1,11 @@
 """Weights quantised by bitsandbytes as they are loaded (``models.<key>.quantization``).
 
 ``nf4``: 4-bit NormalFloat in blocks of 64 weights with a float32 scale each (Dettmers et
-al. 2023, QLoRA), as Aubry et al. (Appendix, compute) loaded their 7B–13B models for the
-Jacobians; ``int8``: LLM.int8() (Dettmers et al. 2022). Every linear layer but the output
+al. 2023, QLoRA); ``fp4``: bitsandbytes' 4-bit float in the same blocks, what
+``load_in_4bit=True`` quantises to when no quantisation type is given (transformers'
+``BitsAndBytesConfig`` defaults ``bnb_4bit_quant_type`` to ``fp4``), as Aubry et al.'s
+released demo loads its models (their Appendix A.6: the 7B–13B models quantised for the
+Jacobians); ``int8``: LLM.int8() (Dettmers et al. 2022). Every linear layer but the output
 embeddings is quantised (transformers' choice); the rest of the model stays in the
 model's ``dtype``, which is also the dtype the quantised layers compute in. A Jacobian of a
 quantised block is that of the dequantised weights (bitsandbytes differentiates its
@@ -20,10 +23,12 @@ from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
 
-QUANTIZATIONS = ("none", "nf4", "int8")
+QUANTIZATIONS = ("none", "nf4", "fp4", "int8")
+FOUR_BIT = ("nf4", "fp4")
+"""The 4-bit quantisations: bitsandbytes' ``bnb_4bit_quant_type`` of the same name."""
 STAGES = ("passes", "coupling")
-WEIGHT_BYTES = {"nf4": 0.5 + 4 / 64, "int8": 1.0 + 4 / 4096}
-"""Bytes per quantised weight, its block's (nf4) or row's (int8, at a width of 4,096)
+WEIGHT_BYTES = {"nf4": 0.5 + 4 / 64, "fp4": 0.5 + 4 / 64, "int8": 1.0 + 4 / 4096}
+"""Bytes per quantised weight, its block's (nf4, fp4) or row's (int8, at a width of 4,096)
 float32 scale included."""
 
 
@@ -53,9 +58,9 @@ def quantization_config(quantization: str, dtype: Any) -> Any:
     bitsandbytes()
     from transformers import BitsAndBytesConfig
 
-    if quantization == "nf4":
+    if quantization in FOUR_BIT:
         return BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype
+            load_in_4bit=True, bnb_4bit_quant_type=quantization, bnb_4bit_compute_dtype=dtype
         )
     return BitsAndBytesConfig(load_in_8bit=True)
 

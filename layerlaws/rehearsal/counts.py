@@ -6,7 +6,8 @@ sampled from each dataset, the coupling prompts (and those whose Jacobians are m
 a training's optimizer steps, warm-up, sequences per step and held-out sequences, and the
 addition tasks' samples and epochs. Each count becomes ⌈count / factor⌉, never below 1
 (and never above what another count bounds: the warm-up below the steps, the snapshot
-epoch within the epochs, a training's steps a multiple of its epochs). Widths, depths,
+epoch within the epochs, a training's steps a multiple of its epochs, the Jacobian prompts
+the same number from each dataset of their set). Widths, depths,
 context lengths, seeds and every setting of a measurement are left as written.
 Torch-free: the workflow applies it once, right after validating the config.
 """
@@ -17,6 +18,8 @@ import copy
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from layerlaws.coupling.subset import largest_valid_count
 
 TRAINING_COUNTS = ("steps", "batch_size", "held_out_sequences", "eval_every")
 """A training's counts divided (``warmup_steps`` follows the steps)."""
@@ -42,6 +45,7 @@ def divided_counts(config: Mapping[str, Any]) -> dict[str, Any]:
     for prompt_set in scaled["coupling"]["prompts"].values():
         for name in PROMPT_COUNTS:
             prompt_set[name] = divided(prompt_set[name], factor)
+        prompt_set["jacobian_prompts"] = largest_valid_count(prompt_set)
     for training in scaled["training"].values():
         _divide_training(training, factor)
     synthetic = scaled["synthetic"]

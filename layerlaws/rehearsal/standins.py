@@ -41,6 +41,7 @@ HUB_FAMILIES: tuple[tuple[str, str], ...] = (
     (r"gpt-neo-", "gpt_neo"),
     (r"pythia|gpt-neox", "gpt_neox"),
     (r"llama", "llama"),
+    (r"orca-2", "llama"),
     (r"mistral", "mistral"),
     (r"phi-3", "phi3"),
     (r"microsoft/phi-", "phi"),

@@ -256,6 +256,16 @@ def _finish(
     finish_figure(figure, title, path, options, tight=False)
 
 
+def generalisation_fits(fits: pl.DataFrame, form: str) -> pl.DataFrame:
+    """The fits of ``form`` (``linear``: Fig. 1a; ``exponential``: Fig. 8) against the
+    coupling Aubry et al. §5.4 aggregate: −m of Eq. 13 averaged over all layer pairs (−m̃
+    of Eq. 14 where m was not measured)."""
+    drawn = fits.filter((pl.col("form") == form) & (pl.col("pairs") == "all"))
+    measured = set(drawn["metric"].to_list())
+    metric = GENERALISATION_METRIC if GENERALISATION_METRIC in measured else PAPER_METRIC
+    return drawn.filter(pl.col("metric") == metric)
+
+
 def plot_generalisation(
     summary: pl.DataFrame,
     fits: pl.DataFrame,
@@ -264,15 +274,20 @@ def plot_generalisation(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Generalisation (held-out loss, external scores) against coupling (−m of Eq. 13
-    averaged over all layer pairs, as Aubry et al. §5.4; −m̃ where m was not measured;
-    ``fits.csv`` has the other metrics' and the off-diagonal means' fits too), with the
-    least-squares line, R² and p-value of each fit (Aubry et al., Fig. 1a)."""
-    linear = fits.filter((pl.col("form") == "linear") & (pl.col("pairs") == "all"))
-    measured = set(linear["metric"].to_list())
-    metric = GENERALISATION_METRIC if GENERALISATION_METRIC in measured else PAPER_METRIC
-    linear = linear.filter(pl.col("metric") == metric)
+    """Generalisation (held-out loss, external scores) against coupling
+    (``generalisation_fits``; ``fits.csv`` has the other metrics' and the off-diagonal
+    means' fits too), with the least-squares line, R² and p-value of each fit (Aubry et
+    al., Fig. 1a)."""
+    linear = generalisation_fits(fits, "linear")
     _plot_fits(summary, linear, path=path, title=title, options=options)
+
+
+def score_fits(fits: pl.DataFrame) -> pl.DataFrame:
+    """The fits the fits figure draws: each score's exponential fit against coupling as
+    Aubry et al. §5.4 aggregate it (Fig. 8; ``generalisation_fits``), then its lines
+    against log10 parameters, depth and width (§5.4)."""
+    sizes = fits.filter(pl.col("predictor").is_in(list(HYPERPARAMETERS)))
+    return pl.concat([generalisation_fits(fits, "exponential"), sizes])
 
 
 def plot_score_fits(
@@ -283,14 +298,11 @@ def plot_score_fits(
     title: str,
     options: Mapping[str, Any],
 ) -> None:
-    """Each score against coupling (−m̃ by the paper's metric) with its exponential fit
-    (Aubry et al., Fig. 8), then against log10 parameters, depth and width with the
-    least-squares line (§5.4: coupling correlates with the score more than these)."""
-    exponential = fits.filter(
-        (pl.col("form") == "exponential") & (pl.col("metric") == PAPER_METRIC)
-    )
-    sizes = fits.filter(pl.col("predictor").is_in(list(HYPERPARAMETERS)))
-    _plot_fits(summary, pl.concat([exponential, sizes]), path=path, title=title, options=options)
+    """Each score against coupling (−m of Eq. 13 averaged over all layer pairs, as §5.4;
+    −m̃ where m was not measured) with its exponential fit (Aubry et al., Fig. 8), then
+    against log10 parameters, depth and width with the least-squares line (§5.4: coupling
+    correlates with the score more than these): ``score_fits``."""
+    _plot_fits(summary, score_fits(fits), path=path, title=title, options=options)
 
 
 MEMBERS_K = 10

@@ -41,18 +41,21 @@ def prompt_datasets(prompt_set: Mapping[str, Any]) -> list[str]:
     return [dataset] if isinstance(dataset, str) else list(dataset)
 
 
-def prompt_texts(prompt_set: Mapping[str, Any], samples: Sequence[pl.DataFrame]) -> list[str]:
-    """The texts of a coupling prompt set: its own ``texts``, then the first
-    ``n_from_dataset`` texts of each of its datasets' samples (``sentences.parquet``
-    tables, in the order of ``prompt_datasets``)."""
-    texts = list(prompt_set["texts"])
-    for sample in samples:
-        texts += sample["text"].head(prompt_set["n_from_dataset"]).to_list()
-    return texts
+def prompt_sources(
+    prompt_set: Mapping[str, Any], samples: Sequence[pl.DataFrame]
+) -> list[tuple[str, str | None]]:
+    """The texts of a coupling prompt set, each with the dataset it comes from: its own
+    ``texts`` (dataset None), then the first ``n_from_dataset`` texts of each of its
+    datasets' samples (``sentences.parquet`` tables, in the order of ``prompt_datasets``)."""
+    sources: list[tuple[str, str | None]] = [(text, None) for text in prompt_set["texts"]]
+    for dataset, sample in zip(prompt_datasets(prompt_set), samples, strict=True):
+        texts = sample["text"].head(prompt_set["n_from_dataset"]).to_list()
+        sources += [(text, dataset) for text in texts]
+    return sources
 
 
 def prompt_count(prompt_set: Mapping[str, Any]) -> int:
-    """The most texts ``prompt_texts`` gives a coupling prompt set: its own ``texts`` and
+    """The most texts ``prompt_sources`` gives a coupling prompt set: its own ``texts`` and
     ``n_from_dataset`` of each of its datasets (fewer when a sample is shorter)."""
     return len(prompt_set["texts"]) + prompt_set["n_from_dataset"] * len(
         prompt_datasets(prompt_set)

@@ -198,16 +198,17 @@ def tokenize_prompts(
     max_tokens: int,
     too_long: str = "truncate",
     max_positions: int | None = None,
-) -> list[list[int]]:
+) -> tuple[list[list[int]], list[int]]:
     """Token ids of each prompt (special tokens included) under the same policy as
-    ``tokenize_sentences``; every prompt left must have at least 2 tokens."""
+    ``tokenize_sentences``, and the index in ``texts`` of each (``too_long: drop`` leaves
+    some out); every prompt left must have at least 2 tokens."""
     encoded = encode(tokenizer, texts, context_limit(max_tokens, max_positions), too_long)
     for index, ids in zip(encoded.kept, encoded.token_ids, strict=True):
         if len(ids) < 2:
             raise LayerlawsError(f"coupling prompt {texts[index]!r} has fewer than 2 tokens")
     if not encoded.token_ids:
         raise LayerlawsError("every coupling prompt was dropped as too long; raise max_tokens")
-    return encoded.token_ids
+    return encoded.token_ids, encoded.kept
 
 
 def with_successors(table: pl.DataFrame) -> pl.DataFrame:

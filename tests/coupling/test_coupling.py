@@ -13,6 +13,12 @@ from layerlaws.core.geometry import principal_plane
 from layerlaws.coupling.jacobians import jacobian_rows, top_singular
 from layerlaws.coupling.measurement import TokenCoupling, layer_pairs, measure_prompt
 from layerlaws.coupling.miscoupling import miscoupling, miscoupling_matrices
+from layerlaws.coupling.plots import (
+    first_coupled_prompt,
+    plot_depth_grid,
+    plot_token_grid,
+    plot_tokens,
+)
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
@@ -277,33 +283,50 @@ def test_a_bfloat16_branch_gives_float32_jacobians_that_an_svd_accepts():
     assert u.shape == v.shape == (6, 2) and torch.isfinite(s).all()
 
 
-def test_jacobians_on_the_first_prompts_only_and_trajectories_on_every_one(llama_folder):
-    """``jacobian_prompts: 1`` of three prompts: the Jacobians' tables and arrays of the
-    first prompt are those of a run over every prompt, nothing of the others; the
-    trajectories of all three are those of that run."""
+def test_jacobians_on_a_subset_of_prompts_and_trajectories_on_every_one(llama_folder, tmp_path):
+    """The Jacobians of prompt 1 alone of three (a subset that leaves out the first, as
+    ``jacobian_draw: per_dataset`` may): its tables and arrays are those of a run over
+    every prompt, nothing of the others; the trajectories of all three are those of that
+    run; the figures of one prompt draw prompt 1."""
     from coupling_runs import measure_prompts
 
     prompts = [[1, 5, 9, 14, 3], [1, 7, 22, 4], [1, 8, 3, 11, 6, 2]]
     settings = CouplingSettings(ks=(2, 3))
     _, every = measure_prompts(llama_folder, prompts, settings, "float64")
-    _, first = measure_prompts(llama_folder, prompts, settings, "float64", jacobian_prompts=1)
+    _, subset = measure_prompts(llama_folder, prompts, settings, "float64", jacobian_indices=[1])
     for table in ("depth", "singular_values", "tokens"):
-        expected = getattr(every, table).filter(pl.col("prompt").is_in(["0", "mean"]))
-        found = getattr(first, table)
+        expected = getattr(every, table).filter(pl.col("prompt").is_in(["1", "mean"]))
+        found = getattr(subset, table)
         assert found.height == expected.height > 0, table
         if table == "depth":  # the mean over the measured prompt is that prompt
             mean = found.filter(pl.col("prompt") == "mean")["miscoupling"].to_numpy()
-            single = found.filter(pl.col("prompt") == "0")["miscoupling"].to_numpy()
+            single = found.filter(pl.col("prompt") == "1")["miscoupling"].to_numpy()
             np.testing.assert_array_equal(mean, single)
-            found, expected = (frame.filter(pl.col("prompt") == "0") for frame in (found, expected))
+            found, expected = (frame.filter(pl.col("prompt") == "1") for frame in (found, expected))
         assert found.equals(expected), table
-    assert sorted(first.factors) == [f"{w}/0/{key}" for w in ("random", "trained") for key in "suv"]
-    assert {key for key in first.couplings if key.startswith("depth/")} == {
-        f"depth/{w}/{name}" for w in ("trained", "random") for name in ("0", "mean_abs")
+    assert sorted(subset.factors) == [
+        f"{w}/1/{key}" for w in ("random", "trained") for key in "suv"
+    ]
+    assert {key for key in subset.couplings if key.startswith(("depth/", "tokens/"))} == {
+        f"{kind}/{w}/{name}"
+        for w in ("trained", "random")
+        for kind, name in (("depth", "1"), ("depth", "mean_abs"), ("tokens", "1"))
     }
+    for key in ("depth/trained/1", "depth/random/1"):
+        np.testing.assert_array_equal(subset.couplings[key], every.couplings[key])
+    assert subset.couplings["tokens/trained/1"].shape == (4, 4, 2, 2)  # T × T × K × K
     for table in ("trajectories", "layers"):
-        assert getattr(first, table).equals(getattr(every, table)), table
-    assert sorted(first.streams) == sorted(every.streams)
+        assert getattr(subset, table).equals(getattr(every, table)), table
+    assert sorted(subset.streams) == sorted(every.streams)
+    assert (
+        first_coupled_prompt(subset.couplings) == 1 and first_coupled_prompt(every.couplings) == 0
+    )
+    options = {"format": "svg", "dpi": 50, "width": 8.0}
+    for draw, name in ((plot_depth_grid, "depth_grid"), (plot_token_grid, "token_grid")):
+        draw(subset.couplings, path=tmp_path / f"{name}.svg", title="t", options=options)
+        assert (tmp_path / f"{name}.svg").stat().st_size > 1000
+    plot_tokens(subset.tokens, path=tmp_path / "tokens.svg", title="t", options=options)
+    assert (tmp_path / "tokens.svg").stat().st_size > 1000
 
 
 def test_trajectory_scores_of_an_uneven_trajectory_follow_the_definitions():

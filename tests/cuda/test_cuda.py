@@ -1,6 +1,7 @@
 """The GPU paths on a real CUDA device: a bfloat16 model pass against float64 lstsq on
 float32 states, device claims, a real out-of-memory split, a device map over the visible
-GPUs, a bfloat16-autocast training step.
+GPUs, a bfloat16-autocast training step, the Jacobians of blocks quantised to 4 bits (nf4
+and fp4) by bitsandbytes' CUDA kernels.
 
 Every test is marked ``cuda`` and runs wherever torch sees a CUDA device; elsewhere each is
 skipped, saying that no CUDA device is visible and why. The references are computed on the
@@ -20,6 +21,8 @@ import torch
 from conftest import TINY_TRAINING, llama_tokenizer
 from lstsq_reference import reference_pr
 from safetensors.torch import load_file
+from tiny_models import save_tiny_model
+from whole_model_jacobians import assert_blocks_jacobians
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.statistics import EquilearningStatistics
@@ -32,6 +35,7 @@ from layerlaws.models.facts import weights_folder
 from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.models.placement import device_budgets, device_map
 from layerlaws.models.preparation import prepare_model, skeleton_of
+from layerlaws.models.quantization import quantized_modules
 from layerlaws.text.tokens import tokenize_sentences
 from layerlaws.training.plan import TrainingSpec, checkpoint_folder
 from layerlaws.training.train import model_config, packed_texts, train
@@ -329,3 +333,24 @@ def test_training_steps_run_under_bfloat16_autocast_with_float32_weights(texts, 
             logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
         ).item()
         assert abs(record["held_out_loss"] - expected) <= AUTOCAST_LOSS_BOUND, step
+
+
+@pytest.mark.parametrize("quantization", ["nf4", "fp4"])
+def test_four_bit_blocks_jacobians_on_the_gpu_are_their_own(texts, tmp_path, quantization):
+    """A tiny Llama quantised to nf4 and to fp4 (Aubry et al.'s demo: load_in_4bit without
+    a type) on the GPU: every linear layer a 4-bit layer of that type, and each block's
+    Jacobian by both product paths (token-local, not fallen back) against the whole-model
+    autograd reference on the same device, to float32's bound."""
+    sizes = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 64,
+    }
+    folder = save_tiny_model(tmp_path, "llama", llama_tokenizer(texts), **sizes)
+    model = load_model(folder, "float32", "cuda:0", "eager", quantization)
+    layers = quantized_modules(model)
+    assert len(layers) == 14
+    assert {model.get_submodule(name).weight.quant_type for name in layers} == {quantization}
+    assert_blocks_jacobians(model, torch.tensor([[1, 5, 9, 14, 3]], device="cuda:0"), 1e-5)

@@ -95,15 +95,17 @@ def test_too_long_texts_and_prompts_follow_one_policy(llama_folder, texts):
     truncated = tokenize_sentences(table, tokenizer, max_tokens=8, too_long="truncate")
     assert truncated.group_by("sentence_id").len().sort("sentence_id")["len"][0] == 8
     assert truncated.filter(pl.col("is_special"))["position"].to_list() == [0, 0]
-    assert tokenize_prompts([LONG_TEXT], tokenizer, 8, "truncate") == [
-        truncated.filter(pl.col("sentence_id") == 0)["token_id"].to_list()
-    ]
+    assert tokenize_prompts([LONG_TEXT], tokenizer, 8, "truncate") == (
+        [truncated.filter(pl.col("sentence_id") == 0)["token_id"].to_list()],
+        [0],
+    )
     short = len(tokenizer(texts[0][:20])["input_ids"])
     dropped = tokenize_sentences(table, tokenizer, max_tokens=short, too_long="drop")
     assert dropped["sentence_id"].unique().to_list() == [1]
-    assert tokenize_prompts([LONG_TEXT, texts[0][:20]], tokenizer, short, "drop") == [
-        dropped["token_id"].to_list()
-    ]
+    assert tokenize_prompts([LONG_TEXT, texts[0][:20]], tokenizer, short, "drop") == (
+        [dropped["token_id"].to_list()],
+        [1],
+    )
     for tokenize in (
         lambda: tokenize_sentences(table, tokenizer, max_tokens=8, too_long="error"),
         lambda: tokenize_prompts([LONG_TEXT], tokenizer, 8, "error"),
@@ -118,7 +120,7 @@ def test_the_limit_is_capped_at_the_model_context(llama_folder, caplog):
     table = tokenize_sentences(sentences([long_text]), tokenizer, 512, max_positions=20)
     assert len(table) == 20
     assert "exceeds the model's context of 20 tokens" in caplog.text
-    assert len(tokenize_prompts([long_text], tokenizer, 512, "truncate", 20)[0]) == 20
+    assert len(tokenize_prompts([long_text], tokenizer, 512, "truncate", 20)[0][0]) == 20
     with pytest.raises(LayerlawsError, match="fewer than 2 tokens"):
         tokenize_prompts([""], tokenizer, 8)
 

@@ -250,6 +250,65 @@ def test_coupling_and_trajectory_outputs(finished):
     assert layers.filter(pl.col("layer") == 0)["lss_window"].is_nan().all()
     for name in TRAJECTORY_FIGURES:
         assert (trajectories / f"{name}.svg").stat().st_size > 1000
+    # Each prompt's dataset (the default text, the paper's prompt, then mini's), its length
+    # (its rows of the trajectory table) and its Jacobians (every prompt's: no subset).
+    prompts = pl.read_csv(coupling / "prompts.csv", schema_overrides={"dataset": pl.String})
+    assert prompts.columns == ["prompt", "dataset", "tokens", "jacobians"]
+    assert prompts["dataset"].to_list() == [None, "mini"]
+    lengths = shape.filter(pl.col("weights") == "trained").group_by("prompt").len().sort("prompt")
+    assert prompts["tokens"].to_list() == lengths["len"].to_list()
+    assert prompts["jacobians"].all()
+
+
+def test_the_coupling_of_each_prompt_and_dataset_on_request(finished, tmp_path):
+    """summarize_coupling, asked for by its outputs (rule all asks for them only where a
+    prompt set draws from several datasets): the coupling of each prompt and dataset
+    recomputed here with NumPy from depth.csv's per-prompt rows and prompts.csv, and
+    nothing upstream rerun."""
+    workdir = tmp_path / "copy"
+    shutil.copytree(finished, workdir, symlinks=True)
+    coupling = workdir / "results/coupling/tiny-llama/few"
+    measured = (coupling / "depth.csv").stat().st_mtime_ns
+    names = ("prompt_coupling.csv", "datasets.csv", "prompt_length.svg")
+    run_ok(workdir, *(f"results/coupling/tiny-llama/few/{name}" for name in names))
+    assert (coupling / "depth.csv").stat().st_mtime_ns == measured
+    assert (coupling / "prompt_length.svg").stat().st_size > 1000
+    depth = pl.read_csv(coupling / "depth.csv", schema_overrides={"prompt": pl.String})
+    prompts = pl.read_csv(coupling / "prompts.csv", schema_overrides={"dataset": pl.String})
+    per_prompt = pl.read_csv(
+        coupling / "prompt_coupling.csv", schema_overrides={"dataset": pl.String}
+    )
+    datasets = pl.read_csv(coupling / "datasets.csv", schema_overrides={"dataset": pl.String})
+    expected = {}
+    for weights in ("trained", "random"):
+        for prompt, dataset, length in prompts.select("prompt", "dataset", "tokens").iter_rows():
+            for k in (2, 4):
+                for metric in ("paper", "unnormalised"):
+                    rows = depth.filter(
+                        (pl.col("weights") == weights)
+                        & (pl.col("prompt") == str(prompt))
+                        & (pl.col("k") == k)
+                        & (pl.col("metric") == metric)
+                    )
+                    matrix = np.full((4, 4), np.nan)
+                    pairs = (rows["layer_a"].to_numpy() - 1, rows["layer_b"].to_numpy() - 1)
+                    matrix[pairs] = rows["miscoupling"].to_numpy()
+                    off = matrix[~np.eye(4, dtype=bool)]
+                    key = (weights, prompt, dataset, length, k, metric)
+                    expected[key] = (matrix.mean(), off.mean())
+    got = {row[:6]: row[6:] for row in per_prompt.rows()}
+    assert len(got) == per_prompt.height and set(got) == set(expected)
+    np.testing.assert_allclose([got[key] for key in expected], list(expected.values()), rtol=1e-12)
+    # One prompt per dataset here (the paper's, mini's): each dataset's mean is its prompt's.
+    by_dataset = {
+        (weights, dataset, k, metric, 1): (float(length), *values)
+        for (weights, _, dataset, length, k, metric), values in expected.items()
+    }
+    got = {row[:5]: row[5:] for row in datasets.rows()}
+    assert len(got) == datasets.height and set(got) == set(by_dataset)
+    np.testing.assert_allclose(
+        [got[key] for key in by_dataset], list(by_dataset.values()), rtol=1e-12
+    )
 
 
 def test_report_is_generated(finished):
@@ -412,20 +471,22 @@ def test_renamed_keys_name_their_new_place(base_config, tmp_path):
 
 
 def test_paper_config_dry_runs(tmp_path):
-    """The paper config plans every experiment it configures: the runs, the nine series
+    """The paper config plans every experiment it configures: the runs, the twelve series
     (Pythia-1B's checkpoints, one model per revision; the GPT-2, RWKV-Raven and Mamba
-    sizes; the data-constrained GPT-2 models; Aubry et al.'s base models and Pythia
-    checkpoints), Yao & Xu's five trained models against their own corpora."""
+    sizes; the data-constrained GPT-2 models; Aubry et al.'s base and fine-tuned models and
+    the checkpoints of four Pythia sizes), Yao & Xu's five trained models against their own
+    corpora."""
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
-    assert jobs["summarize_series"] == 9 and jobs["plot_series"] == 9
+    assert jobs["summarize_series"] == 12 and jobs["plot_series"] == 12
     # 71 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
     assert jobs["equilearning_pass"] == 110
-    # 20 + 2 × 13 checkpoints and 24 base models on the leaderboard prompts, 3 on WikiText-2.
-    assert jobs["measure_coupling"] == 73
+    # 20 + 4 × 13 checkpoints, 24 base and 14 fine-tuned models on the leaderboard prompts,
+    # 3 on WikiText-2; the leaderboard's per-prompt and per-dataset coupling of each.
+    assert jobs["measure_coupling"] == 113 and jobs["summarize_coupling"] == 110
     # 13 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
     assert jobs["sample_sentences"] == 25
     # Every hub model (a revision is a model of its own) is downloaded before it is prepared.
-    assert jobs["download_model"] == jobs["prepare_model"] - 5 == 112
+    assert jobs["download_model"] == jobs["prepare_model"] - 5 == 150
     assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
 
 
