@@ -140,14 +140,26 @@ def needs(job):
     run's tokens, evaluated when the job's inputs exist, and the SLURM partition that
     follows the GPU claim (``job_partition``; ``gpus``: a claim to route instead, for
     ``rule_partitions``). The CPUs of a job are its rule's threads (the SLURM plugin's
-    --cpus-per-task)."""
+    --cpus-per-task). A job is planned once for its wildcards and the state of its inputs
+    (which exist, and when each was written), not once per resource."""
+    plans = {}
+
+    def planned(wildcards, input):
+        inputs = tuple(
+            (path, os.stat(path).st_mtime_ns if os.path.exists(path) else None)
+            for path in input
+        )
+        key = (tuple(wildcards.items()), inputs)
+        if key not in plans:
+            plans[key] = job(wildcards, input)
+        return plans[key]
 
     def need(name):
-        return lambda wildcards, input: getattr(job(wildcards, input), name)
+        return lambda wildcards, input: getattr(planned(wildcards, input), name)
 
     def partition(wildcards, input, attempt, threads, rulename, async_run, gpus=None):
         return job_partition(
-            job(wildcards, input).gpu if gpus is None else gpus,
+            planned(wildcards, input).gpu if gpus is None else gpus,
             wildcards=wildcards,
             input=input,
             attempt=attempt,

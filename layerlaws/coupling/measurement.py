@@ -170,6 +170,32 @@ def _couplings(
     return couplings, torch.stack([coupling_stack(op, factors, k, True) for op in coupled])
 
 
+def _row_by_row(
+    coupled: Sequence[Operator],
+    factors: Sequence[Factors],
+    own: Sequence[torch.Tensor] | None,
+    settings: CouplingSettings,
+    swapped: bool,
+    kept: int | None,
+) -> tuple[dict[tuple[str, int], torch.Tensor], np.ndarray | None]:
+    """``metric_matrices`` of A[a, b] = U′_bᵀ J_a V′_b (``_couplings``) made a row a at a
+    time: each row's (n_b, K_max, K_max) float64 is measured and dropped before the next,
+    so a prompt's token pairs hold n_b K_max² values, not n_a n_b K_max² (328 MB at
+    T = 128, K_max = 50, twice with the swapped ones). Returns the metrics' (n_a, n_b)
+    matrices and, with ``kept``, the A cut to K = ``kept`` (``_kept``; else None)."""
+    rows, kept_rows = [], []
+    for a, operator in enumerate(coupled):
+        couplings, swapped_couplings = _couplings([operator], factors, max(settings.ks), swapped)
+        values = None if own is None else [own[a]]
+        rows.append(
+            metric_matrices(couplings, swapped_couplings, values, settings.ks, settings.metrics)
+        )
+        if kept is not None:
+            kept_rows.append(_kept(couplings, kept))
+    matrices = {key: torch.cat([row[key] for row in rows]) for key in rows[0]}
+    return matrices, np.concatenate(kept_rows) if kept is not None else None
+
+
 def _token_jacobians(
     jacobians: BlockJacobians, length: int, fixed_input: int, fixed_output: int
 ) -> dict[str, list[tuple[int, Operator]]]:
@@ -329,10 +355,10 @@ def _measure_tokens(
                     if layer_a == layer_b
                     else [_factors(j, k_max, svd, seed)[1] for j in coupled]
                 )
-            couplings, swapped_couplings = _couplings(coupled, factors, k_max, swapped)
-            matrices = metric_matrices(couplings, swapped_couplings, own, ks, settings.metrics)
-            if pair == 0 and kind == "self":
-                result.token_couplings = _kept(couplings, min(ks))
+            kept = min(ks) if pair == 0 and kind == "self" else None
+            matrices, couplings = _row_by_row(coupled, factors, own, settings, swapped, kept)
+            if kept is not None:
+                result.token_couplings = couplings
             result.tokens += [
                 {
                     "layer_a": layer_a,

@@ -343,7 +343,7 @@ class JobPlanner:
             needs = self._pass(model, size, tokens, longest, tokens_path=tokens_path, shards=shards)
             share = -(-tokens // shards)
             jobs = [
-                ("equilearning_pass", f"{dataset}[{shard}/{shards}]", share, needs)
+                ("equilearning_pass_shard", f"{dataset}[{shard}/{shards}]", share, needs)
                 for shard in range(shards)
             ]
             if shards == 1:
@@ -371,7 +371,7 @@ class JobPlanner:
             needs = self._coupling(model, size, prompts, shards)
             rows.append(
                 {
-                    "job": "measure_coupling",
+                    "job": "measure_coupling" if shards == 1 else "measure_coupling_shard",
                     "model": model,
                     "data": prompts if shards == 1 else f"{prompts}[{shard}/{shards}]",
                     "parameters": size.parameters,
@@ -433,6 +433,10 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+COUPLING_JOBS = {"measure_coupling", "measure_coupling_shard"}
+"""The rules whose jobs measure coupling: counted apart in ``gpu_hours_line``."""
+
+
 def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:
     """``gpu_hours=<all jobs> coupling_gpu_hours=<measure_coupling's> wall_hours_on=<N>:<h>``:
     GPU-hours are each job's GPUs × its planned runtime (a job on the CPU counts its
@@ -445,7 +449,7 @@ def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:
     for row in sorted(rows, key=lambda row: -row["runtime"]):
         hours = row["runtime"] / 60
         total += max(1, row["gpu"]) * hours
-        coupling += max(1, row["gpu"]) * hours if row["job"] == "measure_coupling" else 0.0
+        coupling += max(1, row["gpu"]) * hours if row["job"] in COUPLING_JOBS else 0.0
         devices = min(max(1, row["gpu"]), len(free))
         free.sort()
         start = free[devices - 1]
@@ -457,13 +461,17 @@ def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:
 
 
 FEWER_TOKENS = "fewer tokens (datasets.{data}.n_samples or token_budget)"
+FEWER_PROMPTS = "fewer prompts (coupling.prompts.{data}) or coupling.token_layers"
 SHORTER = {
     "equilearning_pass": FEWER_TOKENS,
+    "equilearning_pass_shard": FEWER_TOKENS + " or more equilearning.shards",
     "extract_hidden": FEWER_TOKENS,
-    "measure_coupling": "fewer prompts (coupling.prompts.{data}) or coupling.token_layers",
+    "measure_coupling": FEWER_PROMPTS,
+    "measure_coupling_shard": FEWER_PROMPTS + " or more coupling.shards",
     "train_checkpoint": "fewer steps (training.{model}.steps)",
 }
-"""How each planned job is made shorter, with its ``plan`` row's model and data."""
+"""How each planned job is made shorter, with its ``plan`` row's model and data; a ``plan``
+row's job is the rule that runs it (a shard's rule when the work is sharded)."""
 RESUMES = {"train_checkpoint": "it resumes from its latest checkpoint (training.<key>.checkpoints)"}
 """Where a rule's job resumed after a kill goes on from, when not from its progress saves."""
 SAVES = "it saves its progress every execution.checkpoint_minutes ({minutes:g} min) at most"

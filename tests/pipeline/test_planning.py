@@ -20,7 +20,7 @@ from layerlaws.forward.costs import ModelSize
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
-from layerlaws.pipeline.planning import JobPlanner, runtime_overruns
+from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, runtime_overruns
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -126,6 +126,32 @@ def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
     for distinct in (100, 2500):
         expected = few + class_sums_mb(1000 - repeated(100))
         assert host_mb("frequent", distinct) == pytest.approx(expected, abs=1)
+
+
+def test_a_sharded_plan_names_the_shard_rules_that_run_the_work(tmp_path):
+    """With passes and couplings in two shards, the plan's rows are the shards' jobs, each
+    checked against its shard rule's partition (the merges run on the CPU, elsewhere), the
+    advice names the shard rule and more shards, and the couplings' GPU-hours count the
+    coupling shards."""
+    config = validated("configs/paper.yaml")
+    config["equilearning"]["shards"] = config["coupling"]["shards"] = 2
+    config["execution"] |= {"partition_runtime_limits": {"gpu": 200}}
+    planner = JobPlanner.from_config(config, Layout(str(tmp_path)))
+    rows = planner.plan()
+    jobs = {"equilearning_pass_shard", "measure_coupling_shard", "train_checkpoint"}
+    assert {row["job"] for row in rows} == jobs
+    partitions = dict.fromkeys(jobs, "gpu") | {"equilearning_pass": "debug"}
+    lines = runtime_overruns(rows, partitions, planner.execution)
+    late = next(row for row in rows if row["model"] == "llama3-70b")
+    assert late["job"] == "measure_coupling_shard" and late["runtime"] > 200
+    assert any(
+        line.startswith("measure_coupling_shard llama3-70b x leaderboard[0/2]: ")
+        and "or more coupling.shards" in line
+        for line in lines
+    ), lines
+    assert any("set-resources: measure_coupling_shard: runtime: 200" in line for line in lines)
+    coupling = re.search(r"coupling_gpu_hours=([\d,.]+)", gpu_hours_line(rows, 8))[1]
+    assert float(coupling.replace(",", "")) > 100
 
 
 def test_the_estimate_names_every_job_longer_than_its_partition_allows(tmp_path):
