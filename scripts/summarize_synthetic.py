@@ -1,8 +1,9 @@
-"""Snakemake entry point: the synthetic addition stage's summary table
-(results/synthetic/summary.csv)."""
+"""Snakemake entry point: the synthetic addition stage's summary table and its comparison
+with Yao & Xu's statements (results/synthetic/summary.csv, paper_comparison.csv)."""
 
 from layerlaws.core.atomic import write_csv
 from layerlaws.core.logs import run_logged
+from layerlaws.synthetic.comparison import paper_comparison
 from layerlaws.synthetic.summary import read_results, summarize
 
 
@@ -14,6 +15,7 @@ def main() -> None:
         dict(zip(tasks, paths.signatures, strict=True)),
     )
     write_csv(snakemake.output.summary, summarize(*results))
+    write_csv(snakemake.output.paper_comparison, paper_comparison(*results[:2]))
 
 
 run_logged(main, snakemake.log[0], snakemake.resources)

@@ -21,13 +21,15 @@ SYNTHETIC_FIGURES = (
 
 
 def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
-    """The summary, each task's signature table and the figures; nothing without tasks."""
+    """The summary, its comparison with the paper, each task's signature table and the
+    figures; nothing without tasks."""
     tasks = expanded.config["synthetic"]["tasks"]
     if not tasks:
         return []
     folder = layout.synthetic()
     return [
         f"{folder}/summary.csv",
+        f"{folder}/paper_comparison.csv",
         *[f"{layout.synthetic_task(task)}/signatures.csv" for task in tasks],
         *[f"{folder}/{name}.{plot_format}" for name in SYNTHETIC_FIGURES],
     ]
