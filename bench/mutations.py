@@ -389,6 +389,46 @@ MUTATIONS = (
         "a span corruption sentinel's row reads the encoder one position after its sentinel",
     ),
     Mutation(
+        "t5_span_corruption_both_stacks",
+        "forward/masking.py",
+        'stack = "encoder" if probe == "next_token" else "decoder"',
+        'stack = "encoder" if probe == "next_token" else "both"',
+        (
+            "tests/forward/test_encoder_decoder.py::"
+            "test_t5_span_corruption_regresses_the_decoders_states_reading_its_target",
+        ),
+        "under encoder_decoder: one_stack, span corruption regresses both of T5's stacks",
+    ),
+    Mutation(
+        "t5_released_corruption_in_t5_spans",
+        "forward/span_corruption.py",
+        "noise = rng.random(int((~special).sum())) < rate",
+        "noise = noise_mask(int((~special).sum()), rate, rng)",
+        (
+            "tests/forward/test_encoder_decoder.py::"
+            "test_released_span_corruption_corrupts_each_token_alone",
+            "tests/forward/test_encoder_decoder.py::"
+            "test_t5_span_corruption_regresses_the_decoders_states_reading_its_target",
+        ),
+        "He & Su's corruption (each token alone) draws T5's spans of mean length 3 instead",
+    ),
+    Mutation(
+        "layer_states_ignored",
+        "forward/masking.py",
+        'hidden_states=layer_states == "hidden_states"',
+        "hidden_states=False",
+        ("tests/equilearning/test_layer_states.py",),
+        "equilearning.layer_states: hidden_states leaves Mamba's and RWKV's layers as block inputs",
+    ),
+    Mutation(
+        "hidden_states_keep_the_embeddings",
+        "models/blocks.py",
+        "inputs = [*blocks[1:], module_at(model, architecture.final_norm)]",
+        "inputs = [*blocks[:-1], module_at(model, architecture.final_norm)]",
+        ("tests/models/test_layer_indexing.py", "tests/equilearning/test_layer_states.py"),
+        "He & Su's numbering of Mamba and RWKV keeps the embeddings and drops block L − 1's output",
+    ),
+    Mutation(
         "fp4_loads_as_nf4",
         "models/quantization.py",
         "load_in_4bit=True, bnb_4bit_quant_type=quantization, bnb_4bit_compute_dtype=dtype",

@@ -21,5 +21,7 @@ rule extract_hidden:
         special_tokens=config["equilearning"]["special_tokens"],
         probe=model_probe,
         masking=MaskingSettings.params(config["equilearning"]["masking"]),
+        encoder_decoder=config["equilearning"]["encoder_decoder"],
+        layer_states=config["equilearning"]["layer_states"],
     script:
         "../scripts/extract_hidden.py"

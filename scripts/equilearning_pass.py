@@ -87,7 +87,16 @@ def main() -> None:
         write_csv(output[name], table)
     write_npz(output.token_states, observers.token_states())
     progress = saves.finish() if saves is not None else {}
-    write_json(output.report, {**asdict(facts), **report, **progress, "probe": pass_.probe})
+    write_json(
+        output.report,
+        {
+            **asdict(facts),
+            **report,
+            **progress,
+            "probe": pass_.probe,
+            "layers": asdict(pass_.layers),
+        },
+    )
     log.info(
         "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
         report["n_rows"],

@@ -11,7 +11,7 @@ from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.forward.kept_writer import extract_hidden_states
-from layerlaws.forward.masking import probe_of, probe_tokens
+from layerlaws.forward.masking import probe_layers, probe_of, probe_tokens
 from layerlaws.forward.settings import MaskingSettings
 from layerlaws.forward.span_corruption import seq2seq_vocabulary
 from layerlaws.models.facts import read_facts
@@ -23,13 +23,15 @@ def main() -> None:
     execution, params = Execution.from_config(snakemake.config), snakemake.params
     facts = read_facts(snakemake.input.model)
     tokenizer = load_tokenizer(snakemake.input.model)
+    probe = probe_of(params.probe, facts.model_type)
     tokens = probe_tokens(
         pl.read_parquet(snakemake.input.tokens),
-        probe=probe_of(params.probe, facts.model_type),
+        probe=probe,
         vocab_size=facts.vocab_size,
         mask_token_id=tokenizer.mask_token_id,
         masking=MaskingSettings.from_config(params.masking),
         special_tokens=params.special_tokens,
+        encoder_decoder=params.encoder_decoder,
         seq2seq=seq2seq_vocabulary(snakemake.input.model, tokenizer),
     )
     output = Path(snakemake.output[0])
@@ -59,6 +61,9 @@ def main() -> None:
             storage_dtype=storage_dtype(params.dtype, params.storage_dtype),
             shard_rows=execution.hidden_state_shard_rows,
             saves=saves,
+            layers=probe_layers(
+                probe, facts.model_type, params.encoder_decoder, params.layer_states
+            ),
         )
     if output.exists():
         shutil.rmtree(output)

@@ -26,6 +26,15 @@ def normalized(x: np.ndarray, norm: str, norm_type: str, eps: float) -> np.ndarr
     return torch.nn.functional.rms_norm(rows, (x.shape[1],), eps=eps).numpy()
 
 
+def lstsq_pr(features: np.ndarray, targets: np.ndarray) -> float:
+    """1 − R² of the centred targets on the centred features, float64 lstsq (rcond as in
+    ``reference_pr``)."""
+    design = features - features.mean(axis=0)
+    y = targets.astype(np.float64) - targets.mean()
+    solution = np.linalg.lstsq(design, y, rcond=np.sqrt(CUTOFF))[0]
+    return float(((y - design @ solution) ** 2).sum() / (y**2).sum())
+
+
 def reference_pr(hidden, layer, offset, norm, shuffled, shuffle="vocabulary"):
     """Build the regression rows by hand (a Python loop over tokens; for masked-LM rows, only
     those with ``is_target``; ``shuffled`` targets renamed by a permutation seeded 0 of the

@@ -17,9 +17,10 @@ from layerlaws.core.progress import ProgressSaves
 from layerlaws.equilearning.pass_observers import PassObservers
 from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.equilearning.statistics import check_enough_rows
-from layerlaws.forward.masking import probe_of, probe_tokens
+from layerlaws.forward.masking import probe_layers, probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.forward.span_corruption import Seq2SeqVocabulary
+from layerlaws.models.architectures import LayerChoice
 from layerlaws.models.facts import ModelFacts
 
 
@@ -30,10 +31,13 @@ class EquilearningPass:
     tokens: pl.DataFrame
     """The tokens table as the probe reads it (``probe_tokens``)."""
     facts: ModelFacts
+    """The model's facts, ``num_layers`` the L of ``layers``."""
     tokenizer: Any
     settings: EquilearningSettings
     probe: str
     """``next_token``, ``masked_lm`` or ``span_corruption`` (``auto`` resolved)."""
+    layers: LayerChoice
+    """The states regressed (``probe_layers``: an encoder–decoder's one stack, or both)."""
     observers: PassObservers
 
     @classmethod
@@ -48,10 +52,15 @@ class EquilearningPass:
     ) -> EquilearningPass:
         """The pass over ``tokens`` (a tokens table, ``layerlaws.text.tokens``) of a model
         with ``facts`` and ``tokenizer``, probed by ``probe`` (``auto``: the family's own
-        task) and, for an encoder–decoder, its ``seq2seq`` vocabulary. Raises
-        LayerlawsError, before any model runs, on a probe the family cannot take or an
-        offset with no more rows than the hidden size."""
+        task) and, for an encoder–decoder, its ``seq2seq`` vocabulary; its layers are those
+        of ``settings.encoder_decoder`` and ``settings.layer_states`` (``probe_layers``).
+        Raises LayerlawsError, before any model runs, on a probe the family cannot take or
+        an offset with no more rows than the hidden size."""
         probe = probe_of(probe, facts.model_type)
+        layers = probe_layers(
+            probe, facts.model_type, settings.encoder_decoder, settings.layer_states
+        )
+        facts = facts.counting(layers)
         probed = probe_tokens(
             tokens,
             probe=probe,
@@ -59,11 +68,12 @@ class EquilearningPass:
             mask_token_id=tokenizer.mask_token_id,
             masking=settings.masking,
             special_tokens=settings.special_tokens,
+            encoder_decoder=settings.encoder_decoder,
             seq2seq=seq2seq,
         )
         check_enough_rows(probed, settings.offsets, facts.hidden_size)
         observers = PassObservers.build(probed, facts, tokenizer, settings, probe)
-        return cls(probed, facts, tokenizer, settings, probe, observers)
+        return cls(probed, facts, tokenizer, settings, probe, layers, observers)
 
     def fresh_observers(self) -> PassObservers:
         """Another set of the pass's observers, empty (a shard's, to merge into)."""
@@ -97,6 +107,7 @@ class EquilearningPass:
             saves=saves,
             sequence_indices=sequence_indices,
             progress=progress,
+            layers=self.layers,
         )
 
     def tables(self) -> dict[str, pl.DataFrame]:

@@ -47,6 +47,8 @@ class EquilearningSettings(StageSettings):
     token_views: TokenViewSettings
     special_tokens: str
     masking: MaskingSettings
+    encoder_decoder: str
+    layer_states: str
 
 
 def run_settings(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:

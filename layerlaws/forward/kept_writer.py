@@ -16,6 +16,7 @@ from layerlaws.core.dtypes import torch_dtype
 from layerlaws.core.progress import ProgressSaves
 from layerlaws.forward.kept_states import METADATA, ROWS, STORAGE_DTYPES, shard_path
 from layerlaws.forward.model_pass import Batch, run_forward_pass, text_rows
+from layerlaws.models.architectures import BLOCK_INPUTS, LayerChoice
 from layerlaws.models.facts import ModelFacts
 
 
@@ -108,12 +109,15 @@ def extract_hidden_states(
     shard_rows: int = 65536,
     progress: bool = True,
     saves: ProgressSaves | None = None,
+    layers: LayerChoice = BLOCK_INPUTS,
 ) -> dict[str, Any]:
-    """Run ``model`` over ``tokens`` and keep every layer's states of the text tokens in
-    ``out_folder`` (nothing else observed); returns the metadata written. With ``saves``
-    the pass resumes from its last save, keeping the shards written in ``out_folder``."""
+    """Run ``model`` over ``tokens`` and keep the states of the text tokens at every layer
+    ``layers`` chooses in ``out_folder`` (nothing else observed; the metadata's
+    ``num_layers`` is their L); returns the metadata written. With ``saves`` the pass
+    resumes from its last save, keeping the shards written in ``out_folder``."""
+    facts = facts.counting(layers)
     writer = HiddenStateWriter(out_folder, facts, text_rows(tokens), storage_dtype, shard_rows)
     report = run_forward_pass(
-        model, facts, tokens, [writer], batch_size, device, progress, saves=saves
+        model, facts, tokens, [writer], batch_size, device, progress, saves=saves, layers=layers
     )
     return writer.finish(report)

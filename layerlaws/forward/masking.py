@@ -24,7 +24,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.forward.model_pass import observed_tokens
 from layerlaws.forward.settings import MaskingSettings
 from layerlaws.forward.span_corruption import Seq2SeqVocabulary, encoder_decoder_tokens
-from layerlaws.models.architectures import ARCHITECTURES
+from layerlaws.models.architectures import ARCHITECTURES, LayerChoice, is_encoder_decoder
 
 REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1
 
@@ -106,6 +106,20 @@ def probe_of(configured: str, model_type: str) -> str:
     return configured
 
 
+def probe_layers(
+    probe: str, model_type: str, encoder_decoder: str, layer_states: str
+) -> LayerChoice:
+    """The layers a pass under ``probe`` (resolved, ``probe_of``) regresses: under
+    ``encoder_decoder: one_stack`` an encoder–decoder's encoder alone for ``next_token``
+    and its decoder alone for ``span_corruption`` (He & Su's released code), under
+    ``encoder_then_decoder`` both stacks as one series; ``layer_states: hidden_states``
+    numbers them as transformers' ``output_hidden_states`` (``LayerChoice``)."""
+    stack = "both"
+    if is_encoder_decoder(model_type) and encoder_decoder == "one_stack":
+        stack = "encoder" if probe == "next_token" else "decoder"
+    return LayerChoice(stack=stack, hidden_states=layer_states == "hidden_states")
+
+
 def probe_tokens(
     tokens: pl.DataFrame,
     *,
@@ -114,6 +128,7 @@ def probe_tokens(
     mask_token_id: int | None,
     masking: MaskingSettings,
     special_tokens: str,
+    encoder_decoder: str,
     seq2seq: Seq2SeqVocabulary | None = None,
 ) -> pl.DataFrame:
     """The tokens table as a probe's pass reads it: special tokens observed or not
@@ -121,9 +136,11 @@ def probe_tokens(
     unchanged for ``next_token``, masked (``mask_tokens`` with ``masking``'s ``rate``,
     ``seed`` and ``scheme``) for ``masked_lm``. For an encoder–decoder (``seq2seq``, its
     vocabulary) the table of its two stacks under ``next_token`` or ``span_corruption``
-    (``layerlaws.forward.span_corruption``, noise density ``masking.rate``, seeded by
-    ``masking.seed``)."""
-    if seq2seq is not None:
+    (``layerlaws.forward.span_corruption`` in the layout ``encoder_decoder``, noise
+    density ``masking.rate``, seeded by ``masking.seed``); under ``encoder_decoder:
+    one_stack`` its ``next_token`` table is the plain one, which its encoder reads
+    alone."""
+    if seq2seq is not None and not (encoder_decoder == "one_stack" and probe == "next_token"):
         return encoder_decoder_tokens(
             tokens,
             probe=probe,
@@ -131,6 +148,7 @@ def probe_tokens(
             rate=masking.rate,
             seed=masking.seed,
             special_tokens=special_tokens,
+            layout=encoder_decoder,
         )
     if probe == "span_corruption":
         raise LayerlawsError("span corruption needs an encoder–decoder's vocabulary (seq2seq)")

@@ -7,7 +7,9 @@ positions unchanged). Special tokens (BOS, EOS) are never observed either. An
 encoder–decoder reads a table of its two stacks (``layerlaws.forward.span_corruption``):
 the encoder its input, the decoder its own; the observed rows are the decoder's, and its
 encoder layers' states are read at each row's encoder position, so every layer's states
-have the same rows. For each batch
+have the same rows. Which states are the layers is the pass's ``LayerChoice``
+(``layerlaws.models.architectures``): an encoder–decoder's decoder alone reads the same
+table, and its encoder alone a plain one (run without the decoder). For each batch
 every observer first gets ``begin_batch`` (which rows follow), then ``observe(layer,
 states)`` for layers 0..L in order, with ``states`` (n_text_tokens, hidden_size) in the
 compute dtype on the device that layer runs on (``layerlaws.models.blocks.layer_states`` says
@@ -45,6 +47,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
+from layerlaws.models.architectures import BLOCK_INPUTS, LayerChoice, layer_count
 from layerlaws.models.architectures import encoder_layers as encoder_layer_count
 from layerlaws.models.blocks import layer_states
 from layerlaws.models.facts import ModelFacts
@@ -364,9 +367,11 @@ def run_forward_pass(
     logit_observers: Sequence[LogitObserver] = (),
     saves: ProgressSaves | None = None,
     sequence_indices: Sequence[int] | None = None,
+    layers: LayerChoice = BLOCK_INPUTS,
 ) -> dict[str, Any]:
     """Run ``model`` over every sequence of ``tokens``, feeding ``observers`` the states of
-    every layer and ``logit_observers`` the output logits.
+    every layer (those ``layers`` chooses; ``facts.num_layers`` is their L) and
+    ``logit_observers`` the output logits (none for an encoder run alone).
 
     ``batch_size`` is a number of sequences or ``auto`` (see automatic_batch_size);
     ``device`` is where the inputs go (the first layer's device). ``sequence_indices``
@@ -386,7 +391,9 @@ def run_forward_pass(
     chosen = range(len(sequences)) if sequence_indices is None else sequence_indices
     n_rows = int(sum(row_starts[i + 1] - row_starts[i] for i in chosen))
     lengths = [sequence.length for sequence in sequences]
-    encoder_layers = _checked_stacks(model, facts, sequences)
+    encoder_layers, forward = _checked_stacks(model, facts, sequences, layers)
+    if layers.stack == "encoder" and logit_observers:
+        raise LayerlawsError("an encoder run alone has no logits to observe")
     compute_dtype = model.get_input_embeddings().weight.dtype  # never quantised
     all_observers = [*observers, *logit_observers]
     devices = sorted({str(parameter.device) for parameter in model.parameters()})
@@ -426,8 +433,8 @@ def run_forward_pass(
 
         out_of_memory = False
         try:
-            with layer_states(model, record):
-                outputs = model(**batch.model_inputs(device), use_cache=False)
+            with layer_states(model, record, layers):
+                outputs = forward(**batch.model_inputs(device), use_cache=False)
             if logit_observers:
                 where = outputs.logits.device
                 logits = outputs.logits[batch.batch_index.to(where), batch.position_index.to(where)]
@@ -481,26 +488,45 @@ def run_forward_pass(
     }
 
 
-def _checked_stacks(model: Any, facts: ModelFacts, sequences: Sequence[TokenSequence]) -> int:
-    """How many of the layers are an encoder's (``encoder_layers``), once the tokens
-    table is checked to be one for the model's stacks: an encoder–decoder's table for an
-    encoder–decoder, a plain or masked one otherwise."""
+def _checked_stacks(
+    model: Any, facts: ModelFacts, sequences: Sequence[TokenSequence], layers: LayerChoice
+) -> tuple[int, Any]:
+    """How many of the observed layers are read at the rows' encoder positions (an
+    encoder–decoder's both stacks: ``encoder_layers``) and what the pass calls (the model,
+    or its encoder alone), once the tokens table is checked to be one for the stacks run:
+    an encoder–decoder's table for an encoder–decoder run whole, a plain or masked one
+    otherwise, and ``facts.num_layers`` the L of ``layers``."""
     encoder_layers = encoder_layer_count(model)
     two_stacks = sequences[0].encoder_input_ids is not None
+    counted = layer_count(model, layers)
+    if counted != facts.num_layers:
+        raise LayerlawsError(
+            f"the facts of this pass count {facts.num_layers} blocks, but its layer choice "
+            f"({layers}) takes {counted} of the {facts.model_type!r} model "
+            f"(layerlaws.models.facts.ModelFacts.counting)"
+        )
     if two_stacks and not encoder_layers:
         raise LayerlawsError(
             f"this tokens table is an encoder–decoder's, but the {facts.model_type!r} model "
             f"has one stack of blocks; probe it with layerlaws.forward.masking.probe_tokens "
             f"without seq2seq"
         )
+    if layers.stack == "encoder":
+        if two_stacks:
+            raise LayerlawsError(
+                "an encoder–decoder's encoder run alone reads a plain tokens table, not one "
+                "of both stacks"
+            )
+        return 0, model.get_encoder()
     if encoder_layers and not two_stacks:
         raise LayerlawsError(
             f"a {facts.model_type!r} model is an encoder–decoder: its pass reads a table of "
             f"both its stacks, made by layerlaws.forward.masking.probe_tokens with its "
             f"seq2seq vocabulary (layerlaws.forward.span_corruption.seq2seq_vocabulary) "
-            f"under probe next_token or span_corruption"
+            f"under probe next_token or span_corruption (or, its encoder's layers alone, "
+            f"a plain one)"
         )
-    return encoder_layers
+    return (encoder_layers if layers.stack == "both" else 0), model
 
 
 def _batch_ids(sequences: Sequence[TokenSequence], batches: Sequence[list[int]]) -> list[list[int]]:

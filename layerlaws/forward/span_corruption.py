@@ -1,5 +1,12 @@
 """Probing an encoder–decoder (T5; He & Su, Fig. 7): the inputs of its two stacks.
 
+Two layouts (``equilearning.encoder_decoder``). ``one_stack``, He & Su's released code
+(the default): next-token probing regresses the encoder's states alone, on the text as a
+causal model's table (``layerlaws.forward.masking.probe_tokens``: no table of this
+module), and span corruption the decoder's states alone, the decoder reading its target
+itself, each text token corrupted independently (below). ``encoder_then_decoder``: both
+stacks' layers as one series, on the tables below.
+
 An encoder–decoder's pass reads a table of two kinds of rows per sequence (both with
 ``is_encoder``):
 
@@ -39,6 +46,16 @@ Two probes:
   density, by default); draws come from one NumPy generator seeded by ``seed``, sequence
   by sequence in sentence order: the same table and seed give the same spans. A sequence
   of fewer than two text tokens has no spans: it is left out (logged).
+- ``span_corruption`` under ``one_stack`` (He & Su's released ``corrupt_text`` and
+  ``get_features_only_sc``): each text token is corrupted independently with probability
+  ``rate``, and each run of corrupted tokens is one span, replaced by one sentinel in the
+  encoder's input; the target is built as above. The decoder reads the target itself
+  (no start token), all but its last token: the row at decoder position p has read
+  target tokens 0..p, and its ``token_id`` is target token p + 1, so that offset 0 is the
+  next target token, the one the released code regresses the decoder's state on (and the
+  one T5's decoder predicts there), and offset −1 the token just read. The first target
+  token (``<extra_id_0>``) is read but never a target. A sequence with no corrupted token
+  is left out (logged).
 """
 
 from __future__ import annotations
@@ -142,7 +159,23 @@ class CorruptedSequence:
     reads_targets: bool = False
     """The decoder reads ``targets`` themselves, the first of them its start token, never
     a row (next-token probing); otherwise it reads them shifted right after the start
-    token (T5's own task)."""
+    token (T5's own task), or ``decoder_inputs``."""
+    decoder_inputs: np.ndarray | None = None
+    """(T_d,) int64: what the decoder reads at each target's position, when given (the
+    target before each: ``read_as_target``)."""
+
+
+def read_as_target(sequence: CorruptedSequence) -> CorruptedSequence:
+    """``sequence`` as He & Su's released code feeds its decoder: the decoder reads the
+    target itself, all but its last token, and the row that has read target token p has
+    target token p + 1 as its ``token_id``."""
+    return CorruptedSequence(
+        sequence.encoder_ids,
+        sequence.targets[1:],
+        sequence.target_special[1:],
+        sequence.encoder_positions[1:],
+        decoder_inputs=sequence.targets[:-1],
+    )
 
 
 def corrupt_spans(
@@ -223,6 +256,8 @@ def sequence_rows(
     inputs = np.concatenate([[decoder_start_id], sequence.targets[:-1]])
     if sequence.reads_targets:
         special[0], inputs = True, sequence.targets
+    if sequence.decoder_inputs is not None:
+        inputs = sequence.decoder_inputs
     decoder = {
         "position": np.arange(decoder_length),
         "token_id": sequence.targets,
@@ -243,11 +278,20 @@ def encoder_decoder_tokens(
     rate: float,
     seed: int,
     special_tokens: str,
+    layout: str,
 ) -> pl.DataFrame:
     """The table an encoder–decoder's pass reads (module docstring) of ``tokens`` (a
     tokens table) under ``probe`` (``next_token`` or ``span_corruption``, with noise
-    density ``rate`` drawn from ``seed``); ``special_tokens`` (``exclude`` or
-    ``include``) says whether special tokens are rows."""
+    density ``rate`` drawn from ``seed``) in ``layout`` (``encoder_then_decoder``, or
+    ``one_stack``: span corruption only, for the decoder's layers alone);
+    ``special_tokens`` (``exclude`` or ``include``) says whether special tokens are
+    rows."""
+    released = layout == "one_stack"
+    if released and probe != "span_corruption":
+        raise LayerlawsError(
+            "under equilearning.encoder_decoder: one_stack, next-token probing reads the "
+            "encoder alone, on a plain tokens table (layerlaws.forward.masking.probe_tokens)"
+        )
     if probe not in ENCODER_DECODER_PROBES:
         raise LayerlawsError(
             f"an encoder–decoder model is probed with {' or '.join(ENCODER_DECODER_PROBES)}, "
@@ -272,6 +316,12 @@ def encoder_decoder_tokens(
                 np.concatenate([[0], np.arange(len(ids))]),
                 reads_targets=True,
             )
+        elif released:
+            noise = rng.random(int((~special).sum())) < rate
+            if not noise.any():
+                left_out += 1
+                continue
+            sequence = read_as_target(corrupt_spans(ids, special, noise, vocabulary))
         elif (~special).sum() < 2:
             left_out += 1
             continue
@@ -282,7 +332,8 @@ def encoder_decoder_tokens(
             int(key[0]), sequence, vocabulary.decoder_start_id, special_tokens == "include"
         )
     if left_out:
-        log.warning("span corruption left out %d sequences of fewer than 2 text tokens", left_out)
+        why = "no corrupted token" if released else "fewer than 2 text tokens"
+        log.warning("span corruption left out %d sequences with %s", left_out, why)
     if not frames:
         return pl.DataFrame(schema=TABLE_SCHEMA)
     return pl.concat(frames)

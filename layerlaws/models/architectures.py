@@ -27,7 +27,17 @@ encoder's L_e blocks and its ``decoder_blocks`` the decoder's L_d, so L = L_e + 
 
 The decoder's own embeddings (what decoder block 1 receives) are no layer. Each layer's
 rows are read where ``layerlaws.forward.span_corruption`` says (the decoder's positions;
-the encoder layers at the encoder position that stands for each row).
+the encoder layers at the encoder position that stands for each row). That is the
+numbering of ``LayerChoice(stack="both")``; a pass may take one stack's layers alone
+instead (``LayerChoice``: He & Su's released code regresses the encoder's states under
+next-token probing and the decoder's under span corruption).
+
+He & Su's released code numbers a model's layers as transformers' ``output_hidden_states``
+does. That is the numbering above for every family but those whose row says
+``hidden_states_from_first_block`` (Mamba, Mamba-2, Falcon-Mamba, RWKV): their tuple holds
+no embeddings, but the output of each block and, last, the final norm's output, so that the
+last block's output is in it twice (before and after the final norm).
+``LayerChoice(hidden_states=True)`` numbers their layers so.
 
 Facts that can be read from the model itself are read, not stored here: the norm's type
 (from its class) and epsilon (from the module), the number of blocks, the hidden size,
@@ -85,6 +95,10 @@ class Architecture:
     norm_type: str | None = None
     """The norms' type (``layernorm`` or ``rmsnorm``), for families whose norm class name
     misleads (T5LayerNorm is an RMSNorm: no mean subtracted, no bias)."""
+    hidden_states_from_first_block: bool = False
+    """transformers' ``output_hidden_states`` of this family starts at the first block's
+    output, not at the embeddings, and holds the last block's output before and after the
+    final norm (Mamba, RWKV; ``LayerChoice.hidden_states``)."""
     requires: Mapping[str, Any] = field(default_factory=dict)
     """Config values the row assumes; a model configured otherwise is rejected."""
 
@@ -112,7 +126,12 @@ def _encoder(prefix: str, lm_head: str, head_input: str) -> Architecture:
 
 _GPT2 = Architecture("transformer.h", "transformer.wte", "transformer.ln_f")
 _BLOOM = Architecture("transformer.h", "transformer.word_embeddings", "transformer.ln_f")
-_MAMBA = Architecture("backbone.layers", "backbone.embeddings", "backbone.norm_f")
+_MAMBA = Architecture(
+    "backbone.layers",
+    "backbone.embeddings",
+    "backbone.norm_f",
+    hidden_states_from_first_block=True,
+)
 
 ARCHITECTURES: dict[str, Architecture] = {
     "gpt2": _GPT2,
@@ -167,7 +186,13 @@ ARCHITECTURES: dict[str, Architecture] = {
     "mamba": _MAMBA,
     "mamba2": _MAMBA,
     "falcon_mamba": _MAMBA,
-    "rwkv": Architecture("rwkv.blocks", "rwkv.embeddings", "rwkv.ln_out", lm_head="head"),
+    "rwkv": Architecture(
+        "rwkv.blocks",
+        "rwkv.embeddings",
+        "rwkv.ln_out",
+        lm_head="head",
+        hidden_states_from_first_block=True,
+    ),
     "bert": _encoder("bert", lm_head="cls.predictions.decoder", head_input="cls"),
     "roberta": _encoder("roberta", lm_head="lm_head.decoder", head_input="lm_head"),
     # T5 (Raffel et al. 2020): layers 0..L_e the encoder's (L_e after its final norm),
@@ -183,6 +208,55 @@ ARCHITECTURES: dict[str, Architecture] = {
         norm_type="rmsnorm",
     ),
 }
+
+
+STACKS = ("both", "encoder", "decoder")
+"""The values of ``LayerChoice.stack``."""
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """Which of a model's states are its layers 0..L (``layerlaws.models.blocks.layer_states``)."""
+
+    stack: str = "both"
+    """An encoder–decoder's stacks whose states are layers: ``both``, the encoder's then
+    its decoder blocks' outputs (L = L_e + L_d, the numbering above); ``encoder``, the
+    encoder's alone (L = L_e: layer 0 its embeddings, L_e its output after its final norm,
+    as transformers' ``encoder_hidden_states``), run without the decoder; ``decoder``, the
+    decoder's alone (L = L_d: layer 0 what decoder block 1 receives, its embeddings of what
+    it reads, L_d its output after its final norm, as transformers'
+    ``decoder_hidden_states``). A model of one stack takes ``both``."""
+    hidden_states: bool = False
+    """Number the layers as transformers' ``output_hidden_states`` does, as He & Su's
+    released code reads them, for the families whose row says
+    ``hidden_states_from_first_block``: layer l < L − 1 the output of block l + 1 (what
+    block l + 2 receives), layer L − 1 the last block's output (what the final norm
+    receives), layer L what the LM head receives; no layer is the embeddings. Other
+    families' layers are the same either way."""
+
+    def __post_init__(self) -> None:
+        if self.stack not in STACKS:
+            raise LayerlawsError(f"a layer choice's stack is one of {STACKS}, not {self.stack!r}")
+
+
+BLOCK_INPUTS = LayerChoice()
+"""The default choice: every block's input and the LM head's, both stacks of an
+encoder–decoder."""
+
+
+def layer_count(model: torch.nn.Module, choice: LayerChoice) -> int:
+    """L of the layers 0..L that ``choice`` takes of ``model``; a LayerlawsError for one
+    stack of a model that has only one."""
+    architecture = architecture_of(model.config)
+    if choice.stack == "both":
+        return len(blocks_of(model))
+    if architecture.decoder_blocks is None:
+        raise LayerlawsError(
+            f"a {model.config.model_type!r} model has one stack of blocks: its layers cannot "
+            f"be its {choice.stack}'s alone"
+        )
+    stack = architecture.blocks if choice.stack == "encoder" else architecture.decoder_blocks
+    return len(module_at(model, stack))
 
 
 def architecture_of(config: Any) -> Architecture:

@@ -20,9 +20,12 @@ from typing import Any
 import torch
 
 from layerlaws.models.architectures import (
+    BLOCK_INPUTS,
+    LayerChoice,
     architecture_of,
     blocks_of,
     head_input_of,
+    layer_count,
     module_at,
     require_single_stack,
 )
@@ -47,48 +50,69 @@ def _split_call(
     return rest.pop("hidden_states"), (), rest
 
 
+def layer_points(
+    model: Any, choice: LayerChoice = BLOCK_INPUTS
+) -> list[tuple[torch.nn.Module, bool]]:
+    """Where layers 0..L of ``model`` are taken under ``choice``, in order: (module,
+    whether the layer is its output; otherwise its input, the residual stream it is called
+    with). For one stack: the input of each block, then of the LM head (an encoder's
+    masked-LM head); an encoder–decoder's (``layerlaws.models.architectures``): the input
+    of each encoder block, the encoder norm's output, the input of decoder blocks 2..L_d
+    and the decoder's final norm's output, or one stack's (the input of each of its
+    blocks, then its final norm's output)."""
+    architecture = architecture_of(model.config)
+    layer_count(model, choice)  # a stack of a model of one is refused
+    if architecture.decoder_blocks is None:
+        blocks = blocks_of(model)
+        if choice.hidden_states and architecture.hidden_states_from_first_block:
+            # transformers' output_hidden_states: each block's output, the last also
+            # before the final norm (He & Su's released code).
+            inputs = [*blocks[1:], module_at(model, architecture.final_norm)]
+        else:
+            inputs = blocks
+        return [(module, False) for module in [*inputs, head_input_of(model)]]
+    encoder = [
+        *[(block, False) for block in module_at(model, architecture.blocks)],
+        (module_at(model, architecture.encoder_norm), True),
+    ]
+    decoder = [
+        *[(block, False) for block in module_at(model, architecture.decoder_blocks)],
+        (module_at(model, architecture.final_norm), True),
+    ]
+    if choice.stack == "encoder":
+        return encoder
+    if choice.stack == "decoder":
+        return decoder
+    return encoder + decoder[1:]  # the first decoder block receives no layer
+
+
 @contextmanager
-def layer_states(model: Any, record: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
+def layer_states(
+    model: Any, record: Callable[[int, torch.Tensor], None], choice: LayerChoice = BLOCK_INPUTS
+) -> Iterator[None]:
     """While active, every forward pass calls ``record(layer, state)`` for layers 0..L in
-    order: ``state`` (batch, tokens, hidden_size) is what block ``layer`` + 1 receives for
-    layer < L, and what the LM head (an encoder's masked-LM head) receives for layer L.
+    order (``layer_points``): ``state`` (batch, tokens, hidden_size) is what block ``layer``
+    + 1 receives for layer < L, and what the LM head (an encoder's masked-LM head) receives
+    for layer L; under ``choice`` one stack's layers of an encoder–decoder, or
+    transformers' numbering of Mamba's and RWKV's (``LayerChoice``).
 
     An encoder–decoder's layers are those of ``layerlaws.models.architectures``: what its
     encoder blocks receive, the encoder norm's output (layer L_e), what decoder blocks
     2..L_d receive and the decoder's final norm's output (layer L); the encoder's states
     are (batch, encoder tokens, hidden_size)."""
-    architecture = architecture_of(model.config)
-    blocks = blocks_of(model)
 
-    def before_block(layer: int) -> Callable[..., None]:
-        return lambda _block, args, kwargs: record(layer, _split_call(args, kwargs)[0])
+    def before(layer: int) -> Callable[..., None]:
+        return lambda _module, args, kwargs: record(layer, _split_call(args, kwargs)[0])
 
     def after(layer: int) -> Callable[..., None]:
         return lambda _module, _args, output: record(layer, output)
 
-    if architecture.decoder_blocks is None:
-        hooks = [
-            block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
-            for layer, block in enumerate(blocks)
-        ]
-        hooks.append(
-            head_input_of(model).register_forward_pre_hook(
-                lambda _head, args: record(len(blocks), args[0])
-            )
-        )
-    else:
-        encoder_blocks = len(module_at(model, architecture.blocks))
-        hooks = [
-            block.register_forward_pre_hook(before_block(layer), with_kwargs=True)
-            for layer, block in enumerate(blocks)
-            if layer != encoder_blocks  # the first decoder block receives no layer
-        ]
-        hooks += [
-            module_at(model, architecture.encoder_norm).register_forward_hook(
-                after(encoder_blocks)
-            ),
-            module_at(model, architecture.final_norm).register_forward_hook(after(len(blocks))),
-        ]
+    hooks = [
+        module.register_forward_hook(after(layer))
+        if output
+        else module.register_forward_pre_hook(before(layer), with_kwargs=True)
+        for layer, (module, output) in enumerate(layer_points(model, choice))
+    ]
     try:
         yield
     finally:

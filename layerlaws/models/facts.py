@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.architectures import (
+    LayerChoice,
     architecture_of,
     blocks_of,
     embeddings_of,
     lm_head_of,
+    module_at,
     norm_facts,
 )
 from layerlaws.models.metadata import MODEL_METADATA
@@ -54,6 +56,31 @@ class ModelFacts:
     trained body (a sentence encoder such as all-MiniLM-L6-v2, saved without its head). A
     random twin records its source's value. Facts prepared before this field existed read
     true."""
+    decoder_layers: int | None = None
+    """An encoder–decoder's decoder blocks L_d (its encoder's are ``num_layers`` − L_d); 0
+    for a model of one stack; None in facts prepared before this field existed."""
+
+    def counting(self, choice: LayerChoice) -> ModelFacts:
+        """These facts with ``num_layers`` the L of the layers ``choice`` takes (an
+        encoder–decoder's one stack: L_e or L_d); a LayerlawsError for facts that do not
+        say how an encoder–decoder's blocks divide."""
+        if choice.stack == "both":
+            return self
+        if self.decoder_layers is None:
+            raise LayerlawsError(
+                f"these facts of a {self.model_type!r} model were prepared before layerlaws "
+                f"recorded its decoder's blocks: delete the prepared model's folder and rerun "
+                f"the workflow to prepare it again"
+            )
+        if not self.decoder_layers:
+            raise LayerlawsError(
+                f"a {self.model_type!r} model has one stack of blocks: its layers cannot be "
+                f"its {choice.stack}'s alone"
+            )
+        decoder = self.decoder_layers
+        return replace(
+            self, num_layers=decoder if choice.stack == "decoder" else self.num_layers - decoder
+        )
 
     @classmethod
     def of(cls, metadata: Mapping[str, Any]) -> ModelFacts:
@@ -129,6 +156,9 @@ def model_facts(
         weights=weights,
         source=dict(source),
         lm_head_trained=lm_head_trained,
+        decoder_layers=0
+        if architecture.decoder_blocks is None
+        else len(module_at(model, architecture.decoder_blocks)),
     )
 
 

@@ -1,13 +1,18 @@
-"""Encoder–decoders (T5): one numbering of both stacks' layers, probed with next tokens
-and with T5's own span corruption (He & Su, Fig. 7; Raffel et al. 2020, §3.1.4).
+"""Encoder–decoders (T5), probed with next tokens and with T5's own span corruption (He &
+Su, Fig. 7; Raffel et al. 2020, §3.1.4): as He & Su's released code, one stack's layers
+(the encoder's under next-token probing, the decoder's under span corruption, the decoder
+reading its target; ``equilearning.encoder_decoder: one_stack``), or both stacks' layers
+numbered as one series (``encoder_then_decoder``).
 
 The references are independent of the library's hooks, batching and statistics: the
-layers are transformers' own ``encoder_hidden_states`` and ``decoder_hidden_states`` of
-each sequence run alone, the spans are read back from the corrupted inputs and targets by
-a plain walk, and the PR is float64 ``numpy.linalg.lstsq`` on rows built by hand."""
+layers are transformers' own ``hidden_states`` of ``T5EncoderModel`` and
+``encoder_hidden_states`` and ``decoder_hidden_states`` of the whole model, each sequence
+run alone, the corruption is built (and the spans read back) by a plain walk, and the PR is
+float64 ``numpy.linalg.lstsq`` on rows built by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -15,12 +20,13 @@ import polars as pl
 import pytest
 import torch
 from conftest import corpus_texts
-from lstsq_reference import CUTOFF, normalized
+from lstsq_reference import lstsq_pr, normalized
 from tiny_models import WIDTH, save_tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.equilearning_pass import EquilearningPass
 from layerlaws.equilearning.evaluation import HeldOutEvaluation
 from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.equilearning.statistics import EquilearningStatistics
@@ -35,6 +41,7 @@ from layerlaws.forward.span_corruption import (
     encoder_decoder_tokens,
     seq2seq_vocabulary,
 )
+from layerlaws.models.architectures import LayerChoice
 from layerlaws.models.loading import embedding_matrices, load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
@@ -81,6 +88,7 @@ def t5(tmp_path_factory):
 
 
 def probed(t5, probe: str, special_tokens: str = "exclude") -> pl.DataFrame:
+    """The table of both stacks (``encoder_then_decoder``) under ``probe``."""
     root, facts, tokens = t5
     tokenizer = load_tokenizer(root / "m")
     return probe_tokens(
@@ -90,6 +98,7 @@ def probed(t5, probe: str, special_tokens: str = "exclude") -> pl.DataFrame:
         mask_token_id=tokenizer.mask_token_id,
         masking=MASKING,
         special_tokens=special_tokens,
+        encoder_decoder="encoder_then_decoder",
         seq2seq=seq2seq_vocabulary(root / "m", tokenizer),
     )
 
@@ -250,8 +259,9 @@ corrupt = partial(
     vocabulary=VOCABULARY,
     rate=0.15,
     special_tokens="exclude",
+    layout="encoder_then_decoder",
 )
-"""Span corruption at T5's density, special tokens no rows."""
+"""Span corruption at T5's density as T5 draws it, special tokens no rows."""
 
 
 @pytest.mark.parametrize("lengths", [[20_000], [120] * 300])
@@ -301,6 +311,7 @@ def test_span_corruption_hides_spans_of_mean_length_3_that_the_target_restores(l
         rate=0.15,
         seed=0,
         special_tokens="include",
+        layout="encoder_then_decoder",
     )
     # Under include the final EOS is a row too; the encoder's input never is.
     rows = included.filter(~pl.col("is_special"))
@@ -318,6 +329,7 @@ def test_span_corruption_needs_sentinels_enough():
             rate=0.15,
             seed=0,
             special_tokens="exclude",
+            layout="encoder_then_decoder",
         )
     with pytest.raises(LayerlawsError, match="has none; probe it with probe: next_token"):
         encoder_decoder_tokens(
@@ -327,15 +339,8 @@ def test_span_corruption_needs_sentinels_enough():
             rate=0.15,
             seed=0,
             special_tokens="exclude",
+            layout="one_stack",
         )
-
-
-def lstsq_pr(features: np.ndarray, targets: np.ndarray) -> float:
-    """1 − R² of the centred targets on the centred features, float64 lstsq."""
-    design = features - features.mean(axis=0)
-    y = targets.astype(np.float64) - targets.mean()
-    solution = np.linalg.lstsq(design, y, rcond=np.sqrt(CUTOFF))[0]
-    return float(((y - design @ solution) ** 2).sum() / (y**2).sum())
 
 
 def rows_by_hand(table: pl.DataFrame, offset: int) -> tuple[np.ndarray, np.ndarray]:
@@ -454,29 +459,236 @@ def test_a_t5s_embeddings_and_blocks_are_found_for_signatures_and_placement(t5):
     assert plan["encoder.block.0"] == "cuda:0" and plan["decoder.block.1"] == "cuda:1"
 
 
+SETTINGS = EquilearningSettings(
+    offsets=tuple(OFFSETS), norms=("model", "none"), controls=("none",), masking=MASKING
+)
+"""The settings of the passes below (``encoder_decoder: one_stack`` by default)."""
+
+
+def t5_pass(t5, probe: str, settings: EquilearningSettings = SETTINGS) -> EquilearningPass:
+    """The public equi-learning pass of the float64 tiny T5 under ``probe``, run."""
+    root, facts, tokens = t5
+    tokenizer = load_tokenizer(root / "m")
+    pass_ = EquilearningPass.prepare(
+        tokens, facts, tokenizer, settings, probe, seq2seq_vocabulary(root / "m", tokenizer)
+    )
+    pass_.run(load_model(root / "m", "float64", "cpu"), 7, "cpu", progress=False)
+    return pass_
+
+
+def lstsq_table(states: list[np.ndarray], targets_at: dict, norm_eps: float) -> pl.DataFrame:
+    """PR by float64 lstsq of every layer of ``states`` ((n_rows, d) each, the last as it
+    is), offset and norm of SETTINGS, the rows with a target at offset k and their targets
+    being ``targets_at[k]`` (indices, token ids)."""
+    last = len(states) - 1
+    rows = []
+    for layer, state in enumerate(states):
+        for offset in OFFSETS:
+            chosen, targets = targets_at[offset]
+            for norm in SETTINGS.norms:
+                features = state[chosen]
+                if layer < last and norm == "model":
+                    features = normalized(features, "model", "rmsnorm", norm_eps)
+                pr = lstsq_pr(features, targets)
+                rows.append({"layer": layer, "offset": offset, "norm": norm, "pr": pr})
+    return pl.DataFrame(rows)
+
+
+def assert_pr_of_states(pass_: EquilearningPass, states: list, rows_of: dict) -> None:
+    """The pass's PR rows (control none) equal lstsq's on ``states`` (per sequence, a
+    list over layers of (rows, d) arrays, the rows of the sequence's positions in order),
+    every layer, offset and norm, ``rows_of[s]`` the token ids of sequence s's rows."""
+    lengths = [len(each[0]) for each in states]
+    layers = [np.concatenate([each[layer] for each in states]) for layer in range(len(states[0]))]
+    reference = lstsq_table(layers, by_offset(lengths, rows_of), pass_.facts.norm_eps)
+    keys = ["layer", "offset", "norm"]
+    ours = pass_.tables()["pr"]
+    assert ours["n_rows"].max() == sum(lengths) > 2 * WIDTH
+    ours = ours.filter(pl.col("control") == "none").sort(keys)
+    reference = reference.sort(keys)
+    assert ours.select(keys).equals(reference.select(keys))
+    np.testing.assert_allclose(ours["pr"].to_numpy(), reference["pr"].to_numpy(), rtol=0, atol=1e-9)
+
+
+def by_offset(lengths: list[int], rows_of: dict) -> dict:
+    """For each offset k: the rows (their indices over all sequences, in order) whose
+    position p + k is a row of the same sequence, and the target there; ``rows_of[s]`` the
+    targets (token ids) of sequence s's rows by position."""
+    targets_at = {}
+    for offset in OFFSETS:
+        chosen, targets, start = [], [], 0
+        for sentence, length in enumerate(lengths):
+            for position in range(length):
+                if 0 <= position + offset < length:
+                    chosen.append(start + position)
+                    targets.append(rows_of[sentence][position + offset])
+            start += length
+        targets_at[offset] = (np.array(chosen), np.array(targets))
+    return targets_at
+
+
+def test_t5_next_token_regresses_the_encoders_own_hidden_states(t5):
+    """As He & Su's released code (T5EncoderModel): every text token (EOS included, under
+    special_tokens: include) a row of the encoder's layers 0..L_e alone, the next token at
+    offset +1; the PR of every layer, offset and norm equal to lstsq on transformers'
+    T5EncoderModel ``hidden_states`` of each text run alone."""
+    from transformers import T5EncoderModel
+
+    _, facts, tokens = t5
+    pass_ = t5_pass(t5, "next_token", replace(SETTINGS, special_tokens="include"))
+    assert pass_.layers == LayerChoice(stack="encoder")
+    assert pass_.facts.num_layers == ENCODER_BLOCKS and facts.num_layers == 4
+    encoder = T5EncoderModel.from_pretrained(facts.weights, dtype=torch.float64).eval()
+    states, rows_of = [], {}
+    for sentence, part in enumerate(
+        tokens.sort("sentence_id", "position").partition_by("sentence_id", maintain_order=True)
+    ):
+        ids = part["token_id"].to_list()
+        with torch.no_grad():
+            hidden = encoder(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        states.append([layer[0].numpy() for layer in hidden.hidden_states])
+        rows_of[sentence] = ids
+    assert len(states[0]) == ENCODER_BLOCKS + 1
+    assert_pr_of_states(pass_, states, rows_of)
+
+
+def released_corruption(tokens: pl.DataFrame, vocabulary: Seq2SeqVocabulary) -> list:
+    """He & Su's ``corrupt_text`` on ids, by a plain walk: each text token corrupted with
+    probability MASKING.rate (one generator seeded MASKING.seed, a draw per text token of
+    each sequence in order), each run of corrupted tokens one sentinel in the encoder's
+    input and, in the target, the sentinel followed by the run; EOS ends both. Sequences
+    with no corrupted token are left out. [(encoder ids, target ids)]"""
+    rng = np.random.default_rng(MASKING.seed)
+    pairs = []
+    for part in tokens.sort("sentence_id", "position").partition_by(
+        "sentence_id", maintain_order=True
+    ):
+        text = part.filter(~pl.col("is_special"))["token_id"].to_list()
+        assert part["is_special"].to_list() == [False] * len(text) + [True]  # EOS last
+        corrupted = rng.random(len(text)) < MASKING.rate
+        if not corrupted.any():
+            continue
+        encoder, target, spans = [], [], 0
+        for index, token in enumerate(text):
+            if corrupted[index]:
+                if index == 0 or not corrupted[index - 1]:
+                    encoder.append(vocabulary.sentinel_ids[spans])
+                    target.append(vocabulary.sentinel_ids[spans])
+                    spans += 1
+                target.append(token)
+            else:
+                encoder.append(token)
+        pairs.append(([*encoder, vocabulary.eos_id], [*target, vocabulary.eos_id]))
+    return pairs
+
+
+def test_t5_span_corruption_regresses_the_decoders_states_reading_its_target(t5):
+    """As He & Su's released code (get_features_only_sc): the decoder reads the target
+    (sentinel, span, …, EOS) as its input, its layers 0..L_d alone, each position's state
+    regressed on the next target token (offset 0 of our rows); the PR of every layer,
+    offset and norm equal to lstsq on transformers' ``decoder_hidden_states`` of each
+    corrupted text run alone, the corruption built by hand."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    root, facts, tokens = t5
+    pass_ = t5_pass(t5, "span_corruption", replace(SETTINGS, special_tokens="include"))
+    assert pass_.layers == LayerChoice(stack="decoder")
+    assert pass_.facts.num_layers == DECODER_BLOCKS
+    vocabulary = seq2seq_vocabulary(root / "m", load_tokenizer(root / "m"))
+    model = AutoModelForSeq2SeqLM.from_pretrained(facts.weights, dtype=torch.float64).eval()
+    states, rows_of, losses = [], {}, []
+    pairs = released_corruption(tokens, vocabulary)
+    assert 20 < len(pairs) <= 30
+    for sentence, (encoder, target) in enumerate(pairs):
+        with torch.no_grad():
+            output = model(
+                input_ids=torch.tensor([encoder]),
+                decoder_input_ids=torch.tensor([target]),
+                output_hidden_states=True,
+            )
+        # The released code's rows: every position but the last, the next target token.
+        states.append([layer[0, :-1].numpy() for layer in output.decoder_hidden_states])
+        rows_of[sentence] = target[1:]
+        scores = torch.log_softmax(output.logits[0, :-1], -1)
+        losses += (-scores[torch.arange(len(target) - 1), target[1:]]).tolist()
+    assert len(states[0]) == DECODER_BLOCKS + 1
+    assert_pr_of_states(pass_, states, rows_of)
+    # The held-out loss: T5's logits at each row scored on its next target token.
+    evaluation = pass_.tables()["evaluation"]
+    assert pass_.observers.evaluated and evaluation["n_predictions"][0] == len(losses)
+    assert evaluation["loss"][0] == pytest.approx(np.mean(losses), rel=1e-9)
+
+
+def test_released_span_corruption_corrupts_each_token_alone():
+    """one_stack's corruption on 20,000 tokens: each text token corrupted independently
+    with probability 0.15 (runs of corrupted tokens geometric, of mean 1 / 0.85), each run
+    one sentinel span; the text read back from the encoder's input and the target; the
+    decoder reads the target but its last token and each row's id is the token after the
+    one it reads; the same under a seed, other spans under another."""
+    table = long_table([20_000])
+    released = partial(corrupt, layout="one_stack")
+    corrupted = released(table, seed=0)
+    encoder = corrupted.filter(pl.col("is_encoder")).sort("position")
+    decoder = corrupted.filter(~pl.col("is_encoder")).sort("position")
+    encoder_ids = encoder["input_id"].to_list()
+    target = [*decoder["input_id"].to_list(), decoder["token_id"][-1]]
+    assert decoder["token_id"].to_list() == target[1:] and target[0] == 9000
+    assert decoder["is_special"].to_list() == [False] * (len(target) - 2) + [True]
+    restored, spans = read_back(encoder_ids, target)
+    assert restored == table["token_id"].to_list()
+    noise = sum(spans)
+    assert noise / 19_999 == pytest.approx(0.15, abs=0.01)
+    assert np.mean(spans) == pytest.approx(1 / 0.85, abs=0.03)
+    # Runs are maximal: no two sentinels side by side in the encoder's input.
+    sentinel = np.array(encoder_ids) >= 9000
+    assert not (sentinel[1:] & sentinel[:-1]).any()
+    assert released(table, seed=0).equals(corrupted)
+    assert not released(table, seed=1).equals(corrupted)
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_the_encoder_then_decoder_setting_keeps_the_series_of_both_stacks(t5, probe):
+    """Under encoder_decoder: encoder_then_decoder the public pass regresses both stacks
+    as one series, layers 0..L_e + L_d, on the table of both stacks: its PR table is that
+    of the pass over that table (``test_the_law_of_a_t5_matches_float64_lstsq_in_both_stacks``
+    checks it against lstsq on transformers' states)."""
+    root, facts, _ = t5
+    pass_ = t5_pass(t5, probe, replace(SETTINGS, encoder_decoder="encoder_then_decoder"))
+    assert pass_.layers == LayerChoice(stack="both") and pass_.facts.num_layers == 4
+    assert pass_.tokens.equals(probed(t5, probe))
+    statistics = EquilearningStatistics(facts, OFFSETS, SETTINGS.norms, ["none"], shuffle_seed=0)
+    model = load_model(root / "m", "float64", "cpu")
+    run_forward_pass(model, facts, probed(t5, probe), [statistics], 7, "cpu", progress=False)
+    ours, series = pass_.tables()["pr"], statistics.table()
+    assert sorted(ours["layer"].unique()) == list(range(ENCODER_BLOCKS + DECODER_BLOCKS + 1))
+    keys = ["layer", "offset", "norm"]
+    ours = ours.filter(pl.col("control") == "none").sort(keys)
+    assert ours.select(keys).equals(series.sort(keys).select(keys))
+    np.testing.assert_allclose(
+        ours["pr"].to_numpy(), series.sort(keys)["pr"].to_numpy(), rtol=1e-12
+    )
+
+
 @pytest.mark.parametrize("probe", PROBES)
 def test_the_python_api_measures_a_t5_in_memory_as_the_pass_does(t5, probe):
-    """``api.equilearning_law`` on the T5 loaded in memory: its probe, and its PR table
-    equal to the pass's over the same probed table (which the lstsq test above checks)."""
+    """``api.equilearning_law`` on the T5 loaded in memory: its probe, one stack's layers
+    (the default), and its PR table equal to the pass's (which the lstsq tests above
+    check)."""
     from layerlaws import api
 
-    root, facts, _ = t5
-    model = load_model(root / "m", "float32", "cpu")
+    root, _, _ = t5
+    model = load_model(root / "m", "float64", "cpu")
     texts = corpus_texts()[:30]
     law = api.equilearning_law(
         model,
         load_tokenizer(root / "m"),
         texts,
-        EquilearningSettings(
-            offsets=tuple(OFFSETS), norms=("model",), controls=("none",), masking=MASKING
-        ),
+        SETTINGS,
         max_tokens=48,
         probe=probe,
         progress=False,
     )
     assert law.report["probe"] == probe
-    statistics = EquilearningStatistics(facts, OFFSETS, ["model"], ["none"], shuffle_seed=0)
-    run_forward_pass(model, facts, probed(t5, probe), [statistics], 7, "cpu", progress=False)
-    expected = statistics.table()
-    assert law.pr.height == expected.height == (facts.num_layers + 1) * len(OFFSETS)
-    np.testing.assert_allclose(law.pr["pr"].to_numpy(), expected["pr"].to_numpy(), rtol=1e-6)
+    expected = t5_pass(t5, probe).tables()["pr"]
+    assert law.pr.height == expected.height == 3 * len(OFFSETS) * len(SETTINGS.norms)
+    np.testing.assert_allclose(law.pr["pr"].to_numpy(), expected["pr"].to_numpy(), rtol=1e-9)

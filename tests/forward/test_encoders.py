@@ -149,6 +149,7 @@ def test_masked_lm_probe_regresses_only_the_masked_positions(encoder, scheme):
         mask_token_id=tokenizer.mask_token_id,
         masking=MaskingSettings(rate=0.3, seed=2, scheme=scheme),
         special_tokens="exclude",
+        encoder_decoder="one_stack",
     )
     at_mask = masked["input_id"] == tokenizer.mask_token_id
     assert at_mask.equals(masked["is_target"]) == (scheme == "mask_only")

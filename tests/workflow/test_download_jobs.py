@@ -82,24 +82,24 @@ def test_what_the_cache_lacks_stops_its_job_in_one_line(base_config, tmp_path):
 
 
 def test_the_paper_config_downloads_every_hub_model_and_dataset(tmp_path):
-    """``snakemake download`` on the paper config fetches its 112 hub models (every
+    """``snakemake download`` on the paper config fetches its 156 hub models (every
     revision a model of its own; its plan downloads each before its preparation:
     test_workflow.py), samples the 25 hub datasets and tokenises the five Pile subsets
     counted for Qwen2.5-3B's signatures (with its tokenizer's model), and nothing else."""
     paper = REPO / "configs" / "paper.yaml"
     models = yaml.safe_load(paper.read_text())["models"].values()
     assert all(model["source"]["kind"] == "hub" for model in models)
-    assert sum(len(model.get("revisions", [None])) for model in models) == 112
+    assert sum(len(model.get("revisions", [None])) for model in models) == 156
     listed = snakemake(tmp_path, "download", "--dry-run", "--quiet", "rules", configfile=paper)
     assert listed.returncode == 0, listed.stderr[-3000:]
     table = listed.stdout.split("Job stats:", 1)[1]
     assert dict(re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)) == {
-        "download_model": "112",
+        "download_model": "156",
         "sample_sentences": "25",
         "prepare_model": "1",
         "tokenize_corpus": "5",
         "download": "1",
-        "total": "144",
+        "total": "188",
     }
     assert not (tmp_path / "results").exists()
 

@@ -422,8 +422,8 @@ def test_estimate_plans_the_paper_config_before_anything_is_downloaded(tmp_path)
     result = snakemake(tmp_path, "estimate", configfile=REPO / "configs" / "paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("equilearning_pass")]
-    # 71 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
-    assert len(rows) == 110
+    # 77 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
+    assert len(rows) == 116
     llama = next(row for row in rows if " llama2-13b " in row and " pes2o " in row)
     assert "13.02B" in llama and "<= 51,200" in llama
     assert any(" pythia-1b@step143000 " in row for row in rows)
@@ -478,15 +478,15 @@ def test_paper_config_dry_runs(tmp_path):
     corpora."""
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
     assert jobs["summarize_series"] == 12 and jobs["plot_series"] == 12
-    # 71 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
-    assert jobs["equilearning_pass"] == 110
+    # 77 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
+    assert jobs["equilearning_pass"] == 116
     # 20 + 4 × 13 checkpoints, 24 base and 14 fine-tuned models on the leaderboard prompts,
     # 3 on WikiText-2; the leaderboard's per-prompt and per-dataset coupling of each.
     assert jobs["measure_coupling"] == 113 and jobs["summarize_coupling"] == 110
     # 13 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
     assert jobs["sample_sentences"] == 25
     # Every hub model (a revision is a model of its own) is downloaded before it is prepared.
-    assert jobs["download_model"] == jobs["prepare_model"] - 5 == 150
+    assert jobs["download_model"] == jobs["prepare_model"] - 5 == 156
     assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
 
 
