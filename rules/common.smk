@@ -64,6 +64,11 @@ except LayerlawsError as error:
     raise WorkflowError(f"{error}") from None
 EXECUTION = Execution.from_config(config)
 PLANNER = JobPlanner(EXPANDED, LAYOUT)
+# Whether the jobs run on other machines (a cluster executor), or this is one of its jobs.
+# Snakemake chooses the executor only after parsing (workflow.executor_plugin is None now,
+# workflow.remote_exec False and workflow.local_exec True for any), but a cluster executor
+# needs --jobs (nodes; a local run's --jobs becomes --cores).
+JOBS_GO_ELSEWHERE = workflow.remote_exec or workflow.resource_settings.nodes is not None
 # What would stop a job, found now (a line each): the datasets left out, the sources of the
 # models and datasets read, token-view layers beyond a model's depth. In the main process
 # only: a cluster job's Snakemake parses the workflow again, after these checks.
@@ -71,11 +76,9 @@ if workflow.is_main_process:
     PREFLIGHT_PROBLEMS = preflight_problems(PLANNER)
     if PREFLIGHT_PROBLEMS:
         raise WorkflowError(preflight_message(PREFLIGHT_PROBLEMS))
-    # execution.device: cuda without a GPU here. Snakemake chooses the executor only after
-    # parsing (workflow.executor_plugin is None now, workflow.local_exec True for any), so
-    # a dry run warns unless --jobs (nodes: a cluster executor needs it; a local run's
-    # becomes --cores) says the jobs go elsewhere; a run stops in onstart, below.
-    if workflow.resource_settings.nodes is None:
+    # execution.device: cuda without a GPU here: a dry run warns unless the jobs go
+    # elsewhere (JOBS_GO_ELSEWHERE); a run stops in onstart, below.
+    if not JOBS_GO_ELSEWHERE:
         for problem in device_problems(EXECUTION.device, jobs_run_here=True):
             logger.warning(
                 f"Warning: {problem}; else the jobs that claim a GPU stop the run."
@@ -93,10 +96,11 @@ TARGETS = Targets(EXPANDED, LAYOUT, PLOT_FORMAT)
 # Threads of the jobs that run a model (passes, hidden states, coupling, training): half
 # the cores Snakemake is given, 1 to 4, so that on a 2-core machine two such jobs run side
 # by side (small models gain little from a second thread; the numbers do not depend on
-# it) and on a workstation each gets 4. Under a cluster executor, and in its jobs, 4.
+# it) and on a workstation each gets 4. Under a cluster executor, and in its jobs, 4:
+# the CPUs a job asks the scheduler for, whatever --cores the submitting run was given.
 MODEL_THREADS = (
     4
-    if workflow.remote_exec
+    if JOBS_GO_ELSEWHERE
     else min(4, max(1, (workflow.resource_settings.cores or 8) // 2))
 )
 

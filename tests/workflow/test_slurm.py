@@ -1,10 +1,11 @@
 """The workflow through a real single-node SLURM (tests/slurm/cluster.sh) with
 profiles/slurm as shipped (the cluster's partitions are named as the profile and
-execution.gpu_partition name them): every model-running rule, the shards of a pass and of
-a coupling job included, goes through sbatch, the jobs that claim a GPU get a (fake) GPU
-on the gpu partition and the others stay on debug, results equal a local run, a pass
-requeued mid-run resumes from its progress save, and the machine is left as it was found
-(every package, by name and version).
+execution.gpu_partition name them): a slice of the paper config's rehearsal with every
+kind of rule, the shards of a pass and of a coupling job included, goes through sbatch
+within its planned memory, the jobs that claim a GPU get a (fake) GPU on the gpu
+partition and the others stay on debug; a pass requeued mid-run resumes from its progress
+save and ends with a local run's results; and the machine is left as it was found (every
+package, by name and version).
 Runs where the machine allows it (root, apt); otherwise skipped, saying why — except under
 CI=true, where it must run: there a reason to skip fails the run instead."""
 
@@ -15,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+import yaml
 from must_run import cannot_run
 from snakemake_runs import REPO, SNAKEMAKE, write_config
 
@@ -157,42 +160,42 @@ def our_jobs(workdir: Path) -> list[str]:
     return [line for line in jobs if f"WorkDir={workdir}" in line]
 
 
-TRAINING = {
-    "tiny": {
-        "num_layers": 2,
-        "hidden_size": 16,
-        "num_heads": 2,
-        "tokenizer": "tiny-llama",
-        "dataset": "mini",
-        "context": 16,
-        "batch_size": 4,
-        "steps": 4,
-        "warmup_steps": 1,
-        "checkpoints": [2],
-        "eval_every": 2,
-    }
-}
-"""A tiny training from scratch, whose first segment is a train_checkpoint job."""
-COUPLING = "results/coupling/tiny-llama/few"
-SLICE = (
-    f"{RESULT}/pr.csv",
-    "results/hidden/tiny-llama/mini",
-    f"{COUPLING}/depth.csv",
-    "results/training/tiny/reached/step2.json",
+REHEARSAL_SLICE = (
+    "results/equilearning/gpt1/bookcorpus/law.svg",
+    "results/coupling/llama3-8b/leaderboard/depth.svg",
+    "results/training/qwen-arxiv/reached/step0.json",
+    "results/synthetic/add/linear/weights.npz",
 )
-"""Targets that run every model-running rule (each pass and coupling in two shards)."""
+"""A slice of the paper config's rehearsal (``python -m layerlaws.rehearsal``) with every
+kind of rule: the local downloads and samples, a model's preparation, a pass in two shards
+and its merge, its law fitted and drawn, a coupling job in two shards, its merge and its
+figure, a training's first segment and its corpus, an addition task's data and training."""
+SLICE_SETTINGS = {
+    "execution": {"device": "auto"},
+    "equilearning": {"shards": 2},
+    "coupling": {"shards": 2},
+}
+"""Added to the rehearsal's settings: the model-running jobs claim a GPU again (the
+rehearsal runs on the CPU, ``execution.device: cpu``; ``auto`` falls back to it in the
+job), and the passes and coupling jobs run in two shards."""
 EXPECTED_JOBS = {
+    "prepare_model": DEBUG,
     "tokenize": DEBUG,
     "equilearning_pass_shard": GPU,
     "equilearning_pass": DEBUG,
-    "extract_hidden": GPU,
+    "fit_law": DEBUG,
+    "plot_equilearning": DEBUG,
     "measure_coupling_shard": GPU,
     "measure_coupling": DEBUG,
+    "plot_coupling": DEBUG,
     "pack_training_corpus": DEBUG,
     "train_checkpoint": GPU,
+    "synthetic_data": DEBUG,
+    "train_synthetic": DEBUG,
 }
 """Rule → the partition of its jobs in the slice: a job that claims a GPU on gpu, the
-merges of the shards (on the CPU) and the rest on the profile's default."""
+merges of the shards (on the CPU) and the rest on the profile's default. The local rules
+(download_model, sample_sentences) run on the submitting host."""
 
 
 def job_fields(line: str) -> dict[str, str]:
@@ -200,53 +203,49 @@ def job_fields(line: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.split() if "=" in item)
 
 
-def test_every_model_rule_runs_on_slurm_on_its_partition(cluster, finished, base_config, tmp_path):
-    """The finished tiny workflow, with one run's tokens deleted, each pass and coupling
-    job in two shards (equilearning.shards, coupling.shards) and a training added, is
-    completed through SLURM: every model-running rule (shards, merges, extract_hidden,
-    a training segment) goes through sbatch; the jobs that claim a GPU ask for one and
-    land on the gpu partition with their rule's 4 threads as CPUs, the others on debug;
-    the coupling and PR tables equal the one-job local run's to float32 rounding."""
-    workdir = tmp_path / "on-slurm"
-    shutil.copytree(finished, workdir, symlinks=True)
-    config = {
-        **base_config,
-        "equilearning": {**base_config["equilearning"], "shards": 2},
-        "coupling": {**base_config["coupling"], "shards": 2},
-        "training": TRAINING,
-    }
-    write_config(workdir, config)
-    (workdir / "results/tokens/tiny-llama/mini.parquet").unlink()
-    command = slurm_command(workdir, *SLICE)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=700)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
+def test_a_rehearsal_slice_runs_on_slurm_each_job_on_its_partition(cluster, tmp_path):
+    """A slice of the paper config's rehearsal (REHEARSAL_SLICE: its hub models and
+    datasets stood in, its counts divided by 1,000) runs through SLURM with profiles/slurm
+    as shipped: every job but the local ones goes through sbatch and completes within its
+    planned memory (the rehearsal's peak_vs_plan_max, ≤ 1: SLURM's --mem is the plan);
+    the jobs that claim a GPU ask for one and land on the gpu partition with as many CPUs
+    as their job's Snakemake runs threads (``--cores 2`` caps the rule's 4: a job asking
+    for fewer failed in srun), the others on debug; a shard sees the device SLURM gave it."""
+    folder = tmp_path / "rehearsal"
+    settings = tmp_path / "slice.yaml"
+    settings.write_text(yaml.safe_dump(SLICE_SETTINGS))
+    options = f"--profile {REPO / 'profiles' / 'slurm'} --seconds-between-status-checks 2"
+    command = [
+        *("timeout", "-s", "INT", "-k", "15", "900"),
+        *(sys.executable, "-m", "layerlaws.rehearsal", "--folder", str(folder)),
+        *("--divide-counts-by", "1000", "--cores", "2", "--settings", str(settings)),
+        *("--snakemake", options, *REHEARSAL_SLICE),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    console = (folder / "snakemake.log").read_text() if (folder / "snakemake.log").exists() else ""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + console[-6000:]
+    done, planned = map(int, re.search(r"rehearsal_jobs=(\d+)/(\d+)", result.stdout).groups())
+    assert done == planned > len(EXPECTED_JOBS), result.stdout[-3000:]
 
     # Every job went through sbatch and finished, on the partition its GPU claim says.
-    lines = our_jobs(workdir)
+    lines = our_jobs(folder)
     jobs = [job_fields(line) for line in lines]
     assert all(job["JobState"] == "COMPLETED" for job in jobs), lines
     rules = [re.match(r"rule_(\w+?)_wildcards_", job["Comment"])[1] for job in jobs]
-    assert sorted(rules) == sorted(
-        [*EXPECTED_JOBS, "equilearning_pass_shard", "measure_coupling_shard"]
-    )
+    assert set(rules) == set(EXPECTED_JOBS), sorted(rules)
+    assert rules.count("equilearning_pass_shard") == rules.count("measure_coupling_shard") == 2
     for rule, job, line in zip(rules, jobs, lines, strict=True):
         # --gpus=1: TresPerJob=gres:gpu:1 (AllocTRES=...,gres/gpu=1 once allocated).
         asks_gpu = re.search(r"gres[:/]gpu[:=]1\b", line) is not None
         assert job["Partition"] == EXPECTED_JOBS[rule], (rule, line)
         assert asks_gpu == (EXPECTED_JOBS[rule] == GPU), (rule, line)
-        if asks_gpu:
-            assert job["NumCPUs"] == "4", (rule, line)
+        if asks_gpu:  # --cores 2 caps the rule's 4 threads, here and in the job
+            assert job["NumCPUs"] == "2", (rule, line)
 
     # A shard saw the device SLURM gave it (CUDA_VISIBLE_DEVICES set by SLURM).
-    log = (workdir / "results/logs/equilearning_pass_shard/tiny-llama/mini/0.log").read_text()
+    logs = folder / "results" / "logs"
+    log = (logs / "equilearning_pass_shard/gpt1/bookcorpus/0.log").read_text()
     assert "CUDA_VISIBLE_DEVICES='0'" in log or "CUDA_VISIBLE_DEVICES='1'" in log, log
-    for table in ("depth.csv", "singular_values.csv", "tokens.csv"):
-        assert_same_table(finished / COUPLING / table, workdir / COUPLING / table, FLOAT32)
-    assert_same_table(finished / RESULT / "pr.csv", workdir / RESULT / "pr.csv", FLOAT32)
-
-    # A rerun through SLURM has nothing to do.
-    rerun = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, timeout=120)
-    assert "Nothing to be done" in rerun.stdout, rerun.stdout[-2000:]
 
 
 PAUSING = REPO / "tests" / "slurm" / "pausing"
