@@ -18,6 +18,7 @@ the largest measured peak host memory over the memory the planner gave any job.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shlex
@@ -30,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from layerlaws.core.settings import with_defaults
-from layerlaws.rehearsal.counts import divided_counts
+from layerlaws.rehearsal.counts import divided_counts, renamed_checkpoints
 from layerlaws.rehearsal.report import job_uses, uses_table
 from layerlaws.rehearsal.standins import write_standins
 
@@ -97,14 +98,23 @@ def _job_count(command: list[str], environment: dict[str, str]) -> int:
     return int(total.group(1)) if total else 0
 
 
-def _figures(index: Path, folder: Path) -> tuple[int, int]:
+def _figures(index: Path, folder: Path, renamed: dict[str, str]) -> tuple[int, int]:
     """(made, indexed) rows of the figure index under ``folder``: a row is made when all
-    its outputs are."""
+    its outputs are, each named with its trained checkpoints ``renamed`` as the divided
+    counts name them (``renamed_checkpoints``)."""
     if not index.exists():
         return 0, 0
     from layerlaws.pipeline.figure_index import made_outputs, read_index
 
-    return made_outputs(read_index(index), folder)
+    def divided(output: str) -> str:
+        parts = output.split("/")
+        return "/".join(renamed.get(part, part) for part in parts)
+
+    rows = [
+        dataclasses.replace(row, outputs=tuple(map(divided, row.outputs)))
+        for row in read_index(index)
+    ]
+    return made_outputs(rows, folder)
 
 
 def _merged(base: dict, extra: dict) -> dict:
@@ -137,7 +147,9 @@ def main(argv: list[str]) -> int:
     for path in configs:
         config = _merged(config, yaml.safe_load(path.read_text()))
     started = time.monotonic()
-    models, datasets = write_standins(divided_counts(with_defaults(config)), folder / "hf")
+    written = with_defaults(config)
+    scaled = divided_counts(written)
+    models, datasets = write_standins(scaled, folder / "hf")
     print(f"stand-ins of {models} hub models and {datasets} hub datasets in {folder / 'hf'}")
     environment = {
         **os.environ,
@@ -168,7 +180,8 @@ def main(argv: list[str]) -> int:
     minutes = (time.monotonic() - started) / 60
     uses = job_uses(folder / "results" / "logs")
     print(uses_table(uses))
-    made, indexed = _figures(Path(arguments.figure_index), folder)
+    renamed = renamed_checkpoints(written, scaled)
+    made, indexed = _figures(Path(arguments.figure_index), folder, renamed)
     worst = max((use.ratio for use in uses), default=float("nan"))
     print(
         f"rehearsal_jobs={planned - left}/{planned} figures={made}/{indexed} "

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from layerlaws.coupling.subset import largest_valid_count
+from layerlaws.pipeline.expansion import checkpoint_key
+from layerlaws.training.plan import checkpoint_steps
 
 TRAINING_COUNTS = ("steps", "batch_size", "held_out_sequences", "eval_every")
 """A training's counts divided (``warmup_steps`` follows the steps)."""
@@ -72,3 +74,19 @@ def _divide_training(training: dict[str, Any], factor: int) -> None:
             for step in training["checkpoints"]
         }
         training["checkpoints"] = sorted(steps)
+
+
+def renamed_checkpoints(written: Mapping[str, Any], scaled: Mapping[str, Any]) -> dict[str, str]:
+    """Each training checkpoint's model key in the ``written`` config → its key after
+    ``divided_counts`` (``scaled``), the n-th checkpoint of a training to its n-th
+    (``qwen-arxiv@step6000`` → ``qwen-arxiv@step6``): the names under which a rehearsal
+    makes the outputs that the written config's figure index names. A training whose
+    checkpoints merge when divided maps only its first ones and its last."""
+    renamed = {}
+    for key, training in written["training"].items():
+        before = checkpoint_steps(training["checkpoints"], training["steps"])
+        divided_training = scaled["training"][key]
+        after = checkpoint_steps(divided_training["checkpoints"], divided_training["steps"])
+        pairs = [*zip(before, after, strict=False), (before[-1], after[-1])]
+        renamed |= {checkpoint_key(key, old): checkpoint_key(key, new) for old, new in pairs}
+    return renamed

@@ -19,7 +19,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import with_defaults
 from layerlaws.models.loading import load_model
 from layerlaws.models.preparation import prepare_model
-from layerlaws.rehearsal.counts import divided_counts
+from layerlaws.rehearsal.counts import divided_counts, renamed_checkpoints
 from layerlaws.rehearsal.report import job_uses
 from layerlaws.rehearsal.standins import (
     LAYERS,
@@ -59,7 +59,9 @@ def test_the_counts_are_divided_and_nothing_else():
     leaderboard = scaled["coupling"]["prompts"]["leaderboard"]
     assert (leaderboard["n_from_dataset"], leaderboard["jacobian_prompts"]) == (1, 1)
     for key, training in scaled["training"].items():
-        assert training["steps"] == 6 and training["batch_size"] == 1, key
+        written_steps = written["training"][key]["steps"]
+        assert training["steps"] == math.ceil(written_steps / 1000), key
+        assert training["batch_size"] == 1, key
         assert training["steps"] % (training["epochs"] or 1) == 0
         assert 1 <= training["warmup_steps"] <= training["steps"]
         assert training["context"] == written["training"][key]["context"] == 2048
@@ -82,6 +84,22 @@ def test_listed_checkpoints_are_divided_within_the_steps():
     training = divided_counts(config)["training"]["qwen-cc"]
     assert training["steps"] == 40
     assert training["checkpoints"] == [0, 1, 4, 40]
+
+
+def test_the_checkpoints_the_figure_index_names_are_renamed_as_divided():
+    """The n-th checkpoint of a training as written names the n-th after division, and its
+    last the last, so that the rehearsal finds the figures of the final checkpoints."""
+    config = paper(10)
+    config["training"]["qwen-cc"] |= {"steps": 400, "epochs": 4, "checkpoints": [0, 5, 40, 400]}
+    renamed = renamed_checkpoints(config, divided_counts(config))
+    cc = {old: new for old, new in renamed.items() if old.startswith("qwen-cc@")}
+    assert cc == {
+        "qwen-cc@step0": "qwen-cc@step0",
+        "qwen-cc@step5": "qwen-cc@step1",
+        "qwen-cc@step40": "qwen-cc@step4",
+        "qwen-cc@step400": "qwen-cc@step40",
+    }
+    assert set(renamed.values()) > set(cc.values())
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[path.name for path in CONFIGS])
