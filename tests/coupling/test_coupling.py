@@ -165,16 +165,25 @@ def test_line_shape_and_expodistance():
     np.testing.assert_allclose(windowed_line_shape(bent, 1), [1, 1, 1])
 
 
+def reference_line_shape(points: np.ndarray) -> float:
+    """Aubry et al.'s line-shape score of ``points`` (n, d): the n − 1 steps made unit
+    vectors and added up, n − 1 over the length of their sum."""
+    steps = np.diff(points, axis=0)
+    units = steps / np.linalg.norm(steps, axis=1, keepdims=True)
+    return float(len(steps) / np.linalg.norm(units.sum(axis=0)))
+
+
 def test_line_shape_windows_are_centred_and_cut_at_the_ends():
     rng = np.random.default_rng(5)
     trajectory = rng.normal(size=(13, 6))  # 12 blocks
     windows = windowed_line_shape(trajectory, 11)
     assert windows.shape == (12,)
     # Block 6 sees blocks 1…11, block 1 sees 1…6, block 12 sees 7…12.
-    assert windows[5] == pytest.approx(line_shape_score(trajectory[0:12]))
-    assert windows[0] == pytest.approx(line_shape_score(trajectory[0:7]))
-    assert windows[11] == pytest.approx(line_shape_score(trajectory[6:13]))
-    assert windowed_line_shape(trajectory, 3)[4] == pytest.approx(line_shape_score(trajectory[3:7]))
+    assert windows[5] == pytest.approx(reference_line_shape(trajectory[0:12]))
+    assert windows[0] == pytest.approx(reference_line_shape(trajectory[0:7]))
+    assert windows[11] == pytest.approx(reference_line_shape(trajectory[6:13]))
+    three = windowed_line_shape(trajectory, 3)
+    assert three[4] == pytest.approx(reference_line_shape(trajectory[3:7]))
     rng = np.random.default_rng(1)
     units = rng.normal(size=(8, 16))
     units /= np.linalg.norm(units, axis=1, keepdims=True)
@@ -199,8 +208,9 @@ def test_equidistance_cv_is_zero_for_equal_steps_and_matches_scipy():
 
 def test_token_coupling_between_two_layers_with_fixed_tokens(traced):
     """Token rows equal m̃ of Jacobians at layer l coupled with the singular vectors of
-    those at layer l′, computed directly from jacobian_rows; the fixed input token t1 keeps
-    outputs t ≥ t1 only, the fixed output token t2 inputs t ≤ t2."""
+    those at layer l′ (Eq. 14 in torch), the Jacobians taken by
+    torch.autograd.functional.jacobian of each traced block's branch; the fixed input
+    token t1 keeps outputs t ≥ t1 only, the fixed output token t2 inputs t ≤ t2."""
     model, ids, calls, streams = traced
     length = ids.shape[1]
     coupling = TokenCoupling(((2, 4),), fixed_input_token=2, fixed_output_token=-2)
@@ -214,8 +224,21 @@ def test_token_coupling_between_two_layers_with_fixed_tokens(traced):
     assert {key[1] for key in rows if key[0] == "fixed_input"} == set(range(2, length))
     assert {key[1] for key in rows if key[0] == "fixed_output"} == set(range(length - 1))
 
+    whole = {
+        layer: torch.autograd.functional.jacobian(
+            lambda x, branch=calls[layer - 1].branch: branch(x[None])[0], streams[layer - 1]
+        )
+        for layer in (2, 4)
+    }  # (T, d, T, d) each
+
     def jacobian(layer, output, token):
-        return jacobian_rows(calls[layer - 1].branch, streams[layer - 1], output, [token])[0]
+        return whole[layer][output, :, token, :]
+
+    def reference_miscoupling(coupling):
+        return float(
+            torch.linalg.norm(coupling - torch.diag(coupling.diagonal()))
+            / torch.linalg.norm(coupling)
+        )
 
     cases = {
         "self": lambda layer, t: jacobian(layer, t, t),
@@ -225,7 +248,7 @@ def test_token_coupling_between_two_layers_with_fixed_tokens(traced):
     for kind, of in cases.items():
         for token_a, token_b in ((2, 3), (3, 2), (length - 2, 2)):
             u, _, v = torch.linalg.svd(of(4, token_b))
-            expected = miscoupling(u[:, :3].T @ of(2, token_a) @ v[:3].T)
+            expected = reference_miscoupling(u[:, :3].T @ of(2, token_a) @ v[:3].T)
             assert rows[(kind, token_a, token_b)] == pytest.approx(expected, rel=1e-4)
     assert len(measured.layers) == length * 5
     with pytest.raises(LayerlawsError, match="fixed_output_token is 40"):

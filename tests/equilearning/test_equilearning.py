@@ -158,30 +158,37 @@ def hand_targets(rows: pl.DataFrame, offset: int) -> tuple[np.ndarray, np.ndarra
     return np.array([row for row, _ in pairs]), np.array([target for _, target in pairs])
 
 
-def seeded_mapping(targets: np.ndarray) -> dict[int, int]:
+def seeded_mapping(targets: np.ndarray, seed: int = 0) -> dict[int, int]:
     """He & Su's shuffled vocabulary: the distinct labels (sorted) to a permutation of them,
-    seeded 0."""
+    seeded ``seed``."""
     labels = np.unique(targets)
-    return dict(zip(labels, np.random.default_rng(0).permutation(labels), strict=True))
+    return dict(zip(labels, np.random.default_rng(seed).permutation(labels), strict=True))
 
 
-def test_present_shuffle_permutes_each_offsets_targets_among_themselves(pass_):
+@pytest.mark.parametrize("shuffle_seed", [0, 7])
+def test_present_shuffle_permutes_each_offsets_targets_among_themselves(pass_, shuffle_seed):
     """He & Su's released code: the shuffled targets of an offset are its targets under a
     seeded bijection of the ids that occur as its targets (a dictionary from the sorted
-    distinct ids to a seeded permutation of them), so they keep their set of values."""
+    distinct ids to a permutation of them seeded ``equilearning.shuffle_seed``), so they
+    keep their set of values."""
     facts, tokens, _, _ = pass_
     rows = text_rows(tokens)
-    maps = shuffled_maps(facts.vocab_size, len(OFFSETS), 0, present_ids(tokens, OFFSETS))
+    present = present_ids(tokens, OFFSETS)
+    maps = shuffled_maps(facts.vocab_size, len(OFFSETS), shuffle_seed, present)
     values, defined = target_matrix(rows, OFFSETS, CONTROLS, maps)
     for index, offset in enumerate(OFFSETS):
         at, targets = hand_targets(rows, offset)
         assert np.array_equal(np.flatnonzero(defined[:, index]), at)
-        mapping = seeded_mapping(targets)
+        mapping = seeded_mapping(targets, shuffle_seed)
         shuffled = values[at, 2 * index + 1]
         assert np.array_equal(shuffled, [mapping[target] for target in targets])
         assert np.array_equal(np.unique(shuffled), np.unique(targets))
         assert (shuffled != targets).mean() > 0.5
         assert np.array_equal(values[at, 2 * index], targets)
+    # The whole vocabulary's permutation (shuffle: vocabulary) under the same seed.
+    vocabulary = np.random.default_rng(shuffle_seed).permutation(facts.vocab_size)
+    for found in shuffled_maps(facts.vocab_size, len(OFFSETS), shuffle_seed, None):
+        np.testing.assert_array_equal(found, vocabulary)
 
 
 def test_present_shuffle_pr_matches_lstsq_on_the_shuffled_targets(llama_folder, texts, tmp_path):

@@ -85,6 +85,26 @@ def test_rank_deficient_features_use_the_cutoff():
     assert pr[0] == pytest.approx(lstsq_pr(x, y), rel=1e-8)
 
 
+@pytest.mark.parametrize(("cutoff", "rank"), [(1e-4, 4), (1e-10, 5)])
+def test_the_cutoff_decides_which_weak_directions_count(cutoff, rank):
+    """``equilearning.cutoff``: a fifth feature is the first plus 1e-3 × z, so the
+    co-moment's smallest eigenvalue is about 2e-7 of its largest, and the target holds
+    2 z. A cut-off above that ratio drops the direction (z unexplained), one below keeps
+    it; each PR against float64 lstsq on the centred rows with rcond = √cutoff (singular
+    values are the eigenvalues' square roots)."""
+    rng = np.random.default_rng(6)
+    base, z = rng.normal(size=(400, 4)), rng.normal(size=400)
+    x = np.hstack([base, base[:, :1] + 1e-3 * z[:, None]])
+    y = base @ [1.0, -2.0, 0.5, 1.0] + 2.0 * z + 0.1 * rng.normal(size=400)
+    pr, found_rank = prediction_residuals(Moments.of_rows(np.hstack([x, y[:, None]])), 5, cutoff)
+    design, centred = x - x.mean(axis=0), y - y.mean()
+    solution = np.linalg.lstsq(design, centred, rcond=np.sqrt(cutoff))[0]
+    expected = ((centred - design @ solution) ** 2).sum() / (centred**2).sum()
+    assert found_rank == rank
+    assert pr[0] == pytest.approx(expected, rel=1e-6)
+    assert (pr[0] > 0.1) == (rank == 4)  # z: about 40 % of the variance
+
+
 def test_constant_target_gives_nan_and_perfect_fit_gives_zero():
     x = np.random.default_rng(5).normal(size=(100, 3))
     constant = Moments.of_rows(np.hstack([x, np.full((100, 1), 4.0)]))

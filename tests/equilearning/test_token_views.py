@@ -4,10 +4,9 @@ coordinates are the group's first two principal components (against numpy's eigh
 import numpy as np
 import polars as pl
 import pytest
-import torch
+from lstsq_reference import normalized
 
 from layerlaws.core.geometry import principal_plane
-from layerlaws.equilearning.statistics import normalized
 from layerlaws.equilearning.token_views import (
     TokenViews,
     ViewedRows,
@@ -22,6 +21,7 @@ from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 GROUPS = [["is", "are"], ["the", "of"], ["notaword"]]
+NORMS = ["model", "standardize", "none"]
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +35,11 @@ def viewed(llama_folder, texts, tmp_path_factory):
     tokens = tokenize_sentences(sentences, tokenizer, max_tokens=24)
     word_ids = word_token_ids(GROUPS, tokenizer)
     rows = ViewedRows.choose(tokens, word_ids, max_rows=7)
-    views = TokenViews(facts, rows, [0, 2, 4], "model")
+    views = {norm: TokenViews(facts, rows, [0, 2, 4], norm) for norm in NORMS}
     writer = HiddenStateWriter(root / "h", facts, text_rows(tokens), "float32", 100)
     model = load_model(root / "m", "float32", "cpu")
-    report = run_forward_pass(model, facts, tokens, [views, writer], 5, "cpu", progress=False)
+    observers = [*views.values(), writer]
+    report = run_forward_pass(model, facts, tokens, observers, 5, "cpu", progress=False)
     writer.finish(report)
     return facts, tokenizer, word_ids, rows, views, HiddenStates.open(root / "h")
 
@@ -60,19 +61,23 @@ def test_first_rows_of_each_word_are_kept(viewed):
         np.testing.assert_array_equal(chosen, all_rows[:7])
 
 
-def test_kept_states_are_the_normalised_hidden_states(viewed):
+@pytest.mark.parametrize("norm", NORMS)
+def test_kept_states_are_the_normalised_hidden_states(viewed, norm):
+    """``equilearning.token_views.norm``: the states of layers below L under each norm
+    (torch's functional norms and NumPy's standardisation, ``tests/lstsq_reference.py``),
+    layer L's as the LM head reads them."""
     facts, _, _, rows, views, hidden = viewed
-    arrays = views.arrays()
+    arrays = views[norm].arrays()
     for layer in (0, 2, 4):
-        states = torch.from_numpy(hidden.layer(layer)[rows.table["row"].to_numpy()])
-        norm = "model" if layer < facts.num_layers else "output"
-        expected = normalized(states.double(), norm, facts).numpy()
-        np.testing.assert_allclose(arrays[f"layer_{layer}"], expected, atol=1e-5)
+        states = hidden.layer(layer)[rows.table["row"].to_numpy()].astype(np.float64)
+        if layer < facts.num_layers:
+            states = normalized(states, norm, facts.norm_type, facts.norm_eps)
+        np.testing.assert_allclose(arrays[f"layer_{layer}"], states, atol=1e-5)
 
 
 def test_coordinates_are_the_groups_principal_components(viewed):
     _, _, _, rows, views, _ = viewed
-    table = views.table(GROUPS)
+    table = views["model"].table(GROUPS)
     assert table.columns == [
         "group",
         "word",
@@ -84,7 +89,7 @@ def test_coordinates_are_the_groups_principal_components(viewed):
         "pc2",
     ]
     assert set(table["group"]) == {"is/are", "the/of"}
-    arrays = views.arrays()
+    arrays = views["model"].arrays()
     members = rows.table.with_row_index("index").filter(pl.col("word").is_in(["the", "of"]))
     points = arrays["layer_2"][members["index"].to_numpy()].astype(np.float64)
     centred = points - points.mean(axis=0)

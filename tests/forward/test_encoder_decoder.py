@@ -319,6 +319,31 @@ def test_span_corruption_hides_spans_of_mean_length_3_that_the_target_restores(l
     assert rows.height == corrupted.filter(~pl.col("is_special")).height + len(lengths)
 
 
+@pytest.mark.parametrize("layout", ["encoder_then_decoder", "one_stack"])
+def test_span_corruption_takes_the_masking_rate_as_its_noise_density(layout):
+    """``equilearning.masking.rate`` other than T5's 0.15: at 0.3, T5's draw corrupts
+    round(0.3 n) of a text's n text tokens in spans of mean length 3, the released one each
+    token with probability 0.3 (runs of mean length 1 / 0.7; bounds of 4 standard
+    deviations on 8,000 tokens, which 0.15 lies far outside); the text read back."""
+    table = long_table([8_000])
+    corrupted = corrupt(table, seed=0, rate=0.3, layout=layout)
+    encoder = corrupted.filter(pl.col("is_encoder")).sort("position")
+    decoder = corrupted.filter(~pl.col("is_encoder")).sort("position")
+    if layout == "one_stack":  # the decoder reads the target itself
+        target = [*decoder["input_id"].to_list(), decoder["token_id"][-1]]
+    else:
+        target = decoder["token_id"].to_list()
+    restored, spans = read_back(encoder["input_id"].to_list(), target)
+    assert restored == table["token_id"].to_list()
+    n_text = int((~table["is_special"]).sum())
+    if layout == "one_stack":
+        assert sum(spans) / n_text == pytest.approx(0.3, abs=0.02)
+        assert np.mean(spans) == pytest.approx(1 / 0.7, abs=0.08)
+    else:
+        assert sum(spans) == round(0.3 * n_text)
+        assert np.mean(spans) == pytest.approx(MEAN_SPAN_LENGTH, abs=0.1)
+
+
 def test_span_corruption_needs_sentinels_enough():
     few = Seq2SeqVocabulary(0, 1, (9000, 9001))
     with pytest.raises(LayerlawsError, match=r"needs \d+ sentinel tokens"):

@@ -112,6 +112,15 @@ def test_mask_only_turns_every_chosen_token_into_the_mask_token(large_table):
     assert bert["is_target"].equals(masked["is_target"])
 
 
+@pytest.mark.parametrize("scheme", ["mask_only", "bert"])
+def test_the_masking_rate_is_the_share_of_text_tokens_chosen(large_table, scheme):
+    """``equilearning.masking.rate`` other than BERT's 0.15: 0.4 of the text tokens are
+    chosen, within binomial bounds (0.15 lies 80 standard deviations away)."""
+    masked = mask_tokens(large_table, VOCAB, 3, 0.4, seed=0, scheme=scheme)
+    chosen, text = int(masked["is_target"].sum()), int((~masked["is_special"]).sum())
+    assert scipy.stats.binomtest(chosen, text, 0.4).pvalue > 1e-4
+
+
 def test_bert_masks_follow_the_80_10_10_rule_within_binomial_bounds(large_table):
     masked = mask_tokens(large_table, VOCAB, mask_token_id=3, rate=0.15, seed=0, scheme="bert")
     chosen = masked["is_target"].to_numpy()

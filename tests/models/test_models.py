@@ -16,7 +16,12 @@ from tiny_models import save_tiny_model
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import embedding_matrices, load_model, load_tokenizer
+from layerlaws.models.loading import (
+    coupling_twins,
+    embedding_matrices,
+    load_model,
+    load_tokenizer,
+)
 from layerlaws.models.preparation import prepare_model
 
 
@@ -40,6 +45,33 @@ def test_prepare_local_model_and_its_random_twin(llama_folder, gpt2_folder, tmp_
     random = load_model(tmp_path / "twin", "float32", "cpu").state_dict()
     name = "model.layers.0.mlp.up_proj.weight"
     assert not torch.equal(trained[name], random[name])
+
+
+def fresh_weights(folder: Path, seed: int) -> dict[str, torch.Tensor]:
+    """transformers' own initialisation of the config in ``folder`` under
+    ``torch.manual_seed(seed)``, in float32."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = AutoConfig.from_pretrained(folder)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).state_dict()
+
+
+def test_a_random_twin_is_drawn_from_its_init_seed(llama_folder, tmp_path):
+    """``models.<key>.init_seed`` (a prepared random model) and ``coupling.init_seed`` (the
+    coupling's twin) at seeds other than 0: each twin is a fresh initialisation of the
+    model's config under that seed, and another seed draws other weights."""
+    source = {"kind": "local", "path": str(llama_folder)}
+    prepare_model({"source": source, "init": "random", "init_seed": 5}, tmp_path / "twin")
+    prepared = load_model(tmp_path / "twin", "float32", "cpu").state_dict()
+    coupled = coupling_twins(llama_folder, None, "float32", "cpu", init_seed=3)["random"]
+    for seed, twin in ((5, prepared), (3, coupled.state_dict())):
+        expected = fresh_weights(llama_folder, seed)
+        assert twin.keys() == expected.keys() and expected
+        for name, tensor in expected.items():
+            assert torch.equal(twin[name], tensor), (seed, name)
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.equal(prepared[name], coupled.state_dict()[name])
 
 
 def test_unknown_models_give_clear_errors(tmp_path):
@@ -99,6 +131,31 @@ def test_a_hub_model_is_used_from_the_hugging_face_cache(llama_folder, tmp_path)
         assert Path(facts.weights).resolve() == snapshot.resolve()
         assert [path.name for path in (tmp_path / "m").iterdir()] == ["layerlaws_model.json"]
         assert load_tokenizer(tmp_path / "m")("the set")["input_ids"]
+
+
+def test_a_hub_revision_is_the_snapshot_its_ref_names(llama_folder, gpt2_folder, tmp_path):
+    """``source.revision`` (and ``models.<key>.revisions``, Pythia's step checkpoints): a
+    repository with two refs in the cache, each naming its own commit's snapshot (here a
+    Llama and a GPT-2); each revision is prepared from its own."""
+    from huggingface_hub import constants
+
+    model_id = "layerlaws-test/two-revisions"
+    repository = Path(constants.HF_HUB_CACHE) / f"models--{model_id.replace('/', '--')}"
+    snapshots = {"step1": ("1" * 40, llama_folder), "step2": ("2" * 40, gpt2_folder)}
+    (repository / "refs").mkdir(parents=True)
+    try:
+        for revision, (commit, folder) in snapshots.items():
+            shutil.copytree(folder, repository / "snapshots" / commit)
+            (repository / "refs" / revision).write_text(commit)
+        for revision, (commit, _) in snapshots.items():
+            source = {"kind": "hub", "id": model_id, "revision": revision}
+            facts = prepare_model({"source": source}, tmp_path / revision)
+            expected = (repository / "snapshots" / commit).resolve()
+            assert Path(facts.weights).resolve() == expected
+        kinds = [read_facts(tmp_path / revision).model_type for revision in snapshots]
+        assert kinds == ["llama", "gpt2"]
+    finally:
+        shutil.rmtree(repository)
 
 
 def test_a_hub_model_in_a_subfolder_of_its_repository(llama_folder, tmp_path):

