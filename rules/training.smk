@@ -1,9 +1,12 @@
-# Stage 0: small LMs trained from scratch on a dataset's sample; their checkpoints are
-# models of their own (keyed <training>@step<N>) that every other stage measures.
+# Stage 0: small LMs trained from scratch on a dataset's sample or whole source; their
+# checkpoints are models of their own (keyed <training>@step<N>) that every other stage
+# measures.
 #
-# A training runs as a chain of jobs: its corpus packed once, then one train_checkpoint
-# job per segment (up to each checkpoint, then to the last step), each going on from the
-# checkpoint its predecessor saved; a checkpoint's model waits for its own segment only,
+# A training runs as a chain of jobs: its corpus packed once (its dataset's sample, or with
+# corpus: source its whole source streamed to a file on disk, which the segments read
+# memory-mapped; on a cluster, `snakemake download` packs a hub source where the network
+# is), then one train_checkpoint job per segment (up to each checkpoint, then to the last
+# step), each going on from the checkpoint its predecessor saved; a checkpoint's model waits for its own segment only,
 # so the early checkpoints are measured while the training goes on. The chain has a high
 # priority (the scheduler starts it first) and MODEL_THREADS (half the cores: the others
 # measure).
@@ -12,7 +15,7 @@
 
 rule pack_training_corpus:
     input:
-        corpus=lambda wildcards: LAYOUT.sentences(training_config(wildcards)["dataset"]),
+        corpus=lambda wildcards: TARGETS.training_corpus(wildcards.training),
         held_out=held_out_sentences,
         tokenizer=lambda wildcards: LAYOUT.model(
             training_config(wildcards)["tokenizer"]
@@ -26,6 +29,7 @@ rule pack_training_corpus:
     priority: 50
     params:
         training=training_config,
+        source=lambda wildcards: TARGETS.training_source(wildcards.training),
     script:
         "../scripts/pack_training_corpus.py"
 

@@ -4,9 +4,6 @@ partition allows (``execution.partition_runtime_limits``); each training's token
 its corpus; last, the GPU-hours of the plan and its wall time on the ``--resources gpu=N``
 given (1 when none)."""
 
-import json
-from pathlib import Path
-
 from layerlaws.core.logs import run_logged
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, plan_table, runtime_overruns
 from layerlaws.training.epochs import corpus_line
@@ -16,10 +13,9 @@ def training_lines(planner: JobPlanner) -> list[str]:
     """``corpus_line`` of every training, with its packed corpus's facts once packed."""
     lines = []
     for key, settings in planner.config["training"].items():
-        packed = Path(planner.layout.training(key)) / "corpus.json"
-        facts = json.loads(packed.read_text()) if packed.is_file() else None
         dataset = planner.config["datasets"][settings["dataset"]]
-        lines.append(corpus_line(key, settings, dataset, facts))
+        vocab_size = planner.size(settings["tokenizer"])[0].vocab_size
+        lines.append(corpus_line(key, settings, dataset, vocab_size, planner.packed_corpus(key)))
     return lines
 
 

@@ -22,7 +22,7 @@ def main() -> None:
     execution = Execution.from_config(snakemake.config)
     spec, end = TrainingSpec.of(snakemake.params.training), int(snakemake.wildcards.step)
     tokenizer = load_tokenizer(snakemake.input.tokenizer)
-    sequences = np.load(snakemake.input.sequences)
+    sequences = np.load(snakemake.input.sequences, mmap_mode="r")  # a whole source: on disk
     held_out = np.load(snakemake.input.held_out)
     torch.set_num_threads(snakemake.threads)
     with claim_devices(execution.device, execution.lock_dir, 1) as claim:
@@ -46,6 +46,7 @@ def main() -> None:
             resumed_from=run.resumed_from,
             seconds=run.seconds,
             device=claim.device,
+            n_sequences=len(sequences),
         ),
     )
 

@@ -14,7 +14,7 @@ from layerlaws.training.train import separator_id
 
 def main() -> None:
     separator = separator_id(load_tokenizer(snakemake.input.tokenizer))
-    sequences = np.load(snakemake.input.sequences)
+    sequences = np.load(snakemake.input.sequences, mmap_mode="r")  # read a shard at a time
     with atomic_path(snakemake.output[0]) as folder:
         counts = packed_token_shards(sequences, separator, folder)
     logging.getLogger("layerlaws").info("trained tokens: %s", counts)

@@ -42,6 +42,7 @@ from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.text.corpus import prompt_count
 from layerlaws.training.costs import training_needs
+from layerlaws.training.epochs import planned_tokens
 from layerlaws.training.plan import TrainingSpec, parameter_count
 
 GUESSED_VOCABULARY = 50_000
@@ -255,13 +256,27 @@ class JobPlanner:
 
     def train_checkpoint(self, wildcards: Any, input: Any) -> Needs:
         """A segment of a training from scratch, planned as the whole training (an upper
-        bound: it trains up to its checkpoint only); the vocabulary is the tokenizer
-        model's (a guess of 50,000 until it is prepared)."""
+        bound: it trains up to its checkpoint only) over the tokens it reads
+        (``training_tokens``); the vocabulary is the tokenizer model's (a guess of 50,000
+        until it is prepared)."""
         spec = TrainingSpec.of(self.config["training"][wildcards.training])
         owner = self.config["training"][wildcards.training]["tokenizer"]
         size = self._known_size(owner, input.tokenizer)
         vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
-        return training_needs(spec, vocab_size, self._on_gpu())
+        tokens = self.training_tokens(wildcards.training)
+        return training_needs(spec, vocab_size, self._on_gpu(), tokens)
+
+    def packed_corpus(self, training: str) -> dict[str, Any] | None:
+        """The facts of a training's packed corpus (its corpus.json), once it is packed."""
+        path = Path(self.layout.training(training)) / "corpus.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def training_tokens(self, training: str) -> int:
+        """The tokens a training reads (``training.epochs.planned_tokens``: its packed
+        corpus's, else its token budget's or its dataset's assumed size's)."""
+        settings = self.config["training"][training]
+        dataset = self.config["datasets"][settings["dataset"]]
+        return planned_tokens(settings, dataset, self.packed_corpus(training))
 
     # A plan of the whole config, before anything runs.
 
@@ -387,6 +402,7 @@ class JobPlanner:
         for training, settings in self.config["training"].items():
             spec = TrainingSpec.of(settings)
             size = self._trained_size(training)
+            tokens = self.training_tokens(training)
             rows.append(
                 {
                     "job": "train_checkpoint",
@@ -394,10 +410,10 @@ class JobPlanner:
                     "data": settings["dataset"],
                     "parameters": size.parameters,
                     "sized_by": "training settings",
-                    "tokens": spec.tokens_seen(spec.steps),
+                    "tokens": tokens,
                     "tokens_known": "",
                     "cache_bytes_float32": 0,
-                    **asdict(training_needs(spec, size.vocab_size, self._on_gpu())),
+                    **asdict(training_needs(spec, size.vocab_size, self._on_gpu(), tokens)),
                 }
             )
         return rows
@@ -468,7 +484,7 @@ SHORTER = {
     "extract_hidden": FEWER_TOKENS,
     "measure_coupling": FEWER_PROMPTS,
     "measure_coupling_shard": FEWER_PROMPTS + " or more coupling.shards",
-    "train_checkpoint": "fewer steps (training.{model}.steps)",
+    "train_checkpoint": "fewer tokens (training.{model}.token_budget, or steps without epochs)",
 }
 """How each planned job is made shorter, with its ``plan`` row's model and data; a ``plan``
 row's job is the rule that runs it (a shard's rule when the work is sharded)."""

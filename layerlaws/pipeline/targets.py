@@ -127,6 +127,23 @@ class Targets:
         """The samples of the datasets a dataset leaves out (``exclude``)."""
         return [self.layout.sentences(name) for name in self.config["datasets"][dataset]["exclude"]]
 
+    def training_corpus(self, training: str) -> list[str]:
+        """What a training's corpus is packed from besides the tokenizer: its dataset's
+        sample (``corpus: sample``), or the samples its dataset's whole source leaves out
+        (``corpus: source``: the source itself is streamed)."""
+        settings = self.config["training"][training]
+        if settings["corpus"] == "sample":
+            return [self.layout.sentences(settings["dataset"])]
+        return self.excluded_sentences(settings["dataset"])
+
+    def training_source(self, training: str) -> dict[str, Any] | None:
+        """The source a ``corpus: source`` training streams (its dataset's); None for a
+        training on its dataset's sample."""
+        settings = self.config["training"][training]
+        if settings["corpus"] == "sample":
+            return None
+        return dict(self.config["datasets"][settings["dataset"]]["source"])
+
     def held_out_sentences(self, training: str) -> list[str]:
         held_out = self.config["training"][training]["held_out"]
         return [] if held_out is None else [self.layout.sentences(held_out)]
@@ -171,7 +188,9 @@ class Targets:
         for _, prompts in self.expanded.coupling_runs:
             names += prompt_datasets(config["coupling"]["prompts"][prompts])
         for training in config["training"].values():
-            names += [training["dataset"], training["held_out"]]
+            names.append(training["held_out"])
+            dataset = training["dataset"]
+            names += [dataset] if training["corpus"] == "sample" else datasets[dataset]["exclude"]
         for _, corpus in self._counted_corpora():
             names += datasets[corpus]["exclude"]
         found = [name for name in dict.fromkeys(names) if name in datasets]
@@ -182,9 +201,10 @@ class Targets:
     def hub_reads(self) -> list[str]:
         """What ``snakemake download`` makes where the network is: every output whose job
         reads the Hugging Face hub. The download records of the hub models the workflow
-        prepares, the samples of the hub datasets its jobs read and the token shards of the
+        prepares, the samples of the hub datasets its jobs read, the token shards of the
         hub corpora counted for the signatures (each a whole corpus, read by its
-        ``tokenize_corpus`` job)."""
+        ``tokenize_corpus`` job) and the packed sequences of the trainings on a hub
+        dataset's whole source (``corpus: source``, streamed by ``pack_training_corpus``)."""
         models = [self.model_download(model) for model in prepared_models(self.expanded)]
         return [
             *(path for paths in models for path in paths),
@@ -197,6 +217,11 @@ class Targets:
                 f"{self.layout.signatures(owner, corpus)}/shards"
                 for owner, corpus in self._counted_corpora()
                 if self._hub_dataset(corpus)
+            ),
+            *(
+                f"{self.layout.training(key)}/sequences.npy"
+                for key, training in self.config["training"].items()
+                if training["corpus"] == "source" and self._hub_dataset(training["dataset"])
             ),
         ]
 

@@ -291,8 +291,10 @@ def _documents(texts: Sequence[str], words: int) -> Iterator[str]:
     number = 0
     while True:
         parts: list[str] = []
-        while not parts or sum(len(part.split()) for part in parts) < words:
+        count = 0  # words so far (recounting them all at each part made a long one quadratic)
+        while not parts or count < words:
             parts.append(texts[number % len(texts)])
+            count += len(parts[-1].split())
             number += 1
         yield " ".join(parts)
 

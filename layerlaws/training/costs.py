@@ -25,16 +25,21 @@ def activation_bytes(spec: TrainingSpec, on_gpu: bool) -> int:
     return spec.batch_size * spec.context * spec.num_layers * per_token * 4
 
 
-def training_needs(spec: TrainingSpec, vocab_size: int, on_gpu: bool) -> Needs:
+def training_needs(
+    spec: TrainingSpec, vocab_size: int, on_gpu: bool, tokens: int | None = None
+) -> Needs:
     """Needs of the training ``spec`` from scratch, over a vocabulary of ``vocab_size``, in
-    float32 with AdamW (weights, gradients, two moments): a batch's logits (three copies:
+    float32 with AdamW (weights, gradients, two moments): a pass's logits (three copies:
     the logits, their softmax and its gradient) and its blocks' activations
-    (``activation_bytes``), its checkpoints saved (and one optimizer state)."""
+    (``activation_bytes``; a pass holds ``batch_size`` sequences at most), its checkpoints
+    saved (and one optimizer state), and the time of ``tokens`` training tokens (6 FLOPs
+    per parameter and token; ``training.epochs.planned_tokens``; by default steps ×
+    batch_size × context)."""
     parameters = parameter_count(spec, vocab_size)
     batch_tokens = spec.batch_size * spec.context
     logits = 3 * batch_tokens * vocab_size * 4
     device_bytes = 16 * parameters + logits + activation_bytes(spec, on_gpu)
-    flops = 6 * parameters * batch_tokens * spec.steps
+    flops = 6 * parameters * (spec.tokens_seen(spec.steps) if tokens is None else tokens)
     seconds = flops / FLOPS_PER_SECOND["gpu" if on_gpu else "cpu"]
     host = HOST_BASE_MB * MIB + (4 * parameters if on_gpu else device_bytes)
     return Needs(

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,14 @@ architecture of Yao & Xu, Appendix A)."""
 ROPE_FAMILIES = {"llama": False, "qwen2": True}
 """The RoPE families (Llama-style blocks, heads of any size), by whether their query, key
 and value projections carry biases."""
+
+CORPORA = ("sample", "source")
+"""``training.<key>.corpus``: the dataset's sample (packed in memory), or its whole source
+(streamed through the tokenizer and packed on disk, never whole in memory)."""
+
+HASHED_ELEMENTS = 2**24
+"""Elements of a corpus hashed at a time for a run's fingerprint (a corpus on disk is read
+a part at a time)."""
 
 INITIALISATIONS = ("default", "normal_fan_in")
 """``training.<key>.init``: transformers' own initialisation of the family, or every weight
@@ -53,12 +62,19 @@ class TrainingSpec:
     context: int
     """Tokens per training sequence (texts are packed, each followed by EOS)."""
     batch_size: int
-    """Sequences per optimizer step."""
+    """Sequences per optimizer step, and the most one forward and backward pass holds
+    (with ``epochs``, a step of more runs in several passes, gradients summed)."""
     steps: int
     epochs: int | None
-    """None: the training reads its sample's packed sequences, a fresh permutation per
-    pass, for as many passes as ``steps`` need; E: its corpus is the first
-    ``corpus_sequences`` of them, read exactly E times."""
+    """None: the training reads its corpus's packed sequences ``batch_size`` at a time, a
+    fresh permutation per pass, for as many passes as ``steps`` need; E: every packed
+    sequence of the corpus is read exactly E times, each epoch's permutation cut into
+    steps / E batches of as equal sizes as can be (``batch_indices``)."""
+    corpus: str
+    """One of CORPORA: what of its dataset the training reads."""
+    token_budget: int | None
+    """The corpus is cut to its first ``budget_sequences`` (token_budget // context)
+    packed sequences; None: every packed sequence."""
     learning_rate: float
     warmup_steps: int
     final_learning_rate: float
@@ -90,6 +106,8 @@ class TrainingSpec:
             batch_size=settings["batch_size"],
             steps=settings["steps"],
             epochs=settings.get("epochs"),
+            corpus=settings.get("corpus", "sample"),
+            token_budget=settings.get("token_budget"),
             learning_rate=settings["learning_rate"],
             warmup_steps=settings["warmup_steps"],
             final_learning_rate=settings["final_learning_rate"],
@@ -103,23 +121,35 @@ class TrainingSpec:
         )
 
     @property
-    def corpus_sequences(self) -> int | None:
-        """Packed sequences of a training of ``epochs`` epochs (steps × batch_size /
-        epochs); None without ``epochs``."""
-        if self.epochs is None:
-            return None
-        return self.steps * self.batch_size // self.epochs
+    def budget_sequences(self) -> int | None:
+        """The packed sequences a ``token_budget`` keeps (None without one)."""
+        return None if self.token_budget is None else self.token_budget // self.context
 
-    def tokens_seen(self, step: int) -> int:
-        """Training tokens read after ``step`` optimizer steps."""
-        return step * self.batch_size * self.context
+    def sequences_read(self, step: int, n_sequences: int) -> int:
+        """Packed sequences read in the first ``step`` optimizer steps of a corpus of
+        ``n_sequences`` (``batch_indices``)."""
+        if self.epochs is None:
+            return step * self.batch_size
+        per_epoch = self.steps // self.epochs
+        epoch, within = divmod(step, per_epoch)
+        return epoch * n_sequences + within * n_sequences // per_epoch
+
+    def tokens_seen(self, step: int, n_sequences: int | None = None) -> int:
+        """Training tokens read after ``step`` optimizer steps of a corpus of
+        ``n_sequences`` packed sequences; without it (before packing), as planned:
+        ``batch_size`` sequences a step."""
+        if n_sequences is None:
+            return step * self.batch_size * self.context
+        return self.sequences_read(step, n_sequences) * self.context
 
     def fingerprint(self, *data: np.ndarray) -> str:
         """A hash of the spec and the training data: a checkpoint with another
         fingerprint belongs to another run and is never resumed from."""
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
         for array in data:
-            digest.update(np.ascontiguousarray(array).tobytes())
+            flat = np.ascontiguousarray(array).reshape(-1)
+            for start in range(0, len(flat), HASHED_ELEMENTS):
+                digest.update(flat[start : start + HASHED_ELEMENTS])
         return digest.hexdigest()[:16]
 
 
@@ -173,10 +203,15 @@ def learning_rate_at(spec: TrainingSpec, step: int) -> float:
     return spec.learning_rate * (floor + (1 - floor) * 0.5 * (1 + np.cos(np.pi * progress)))
 
 
+def token_stream(texts: Sequence[Sequence[int]], eos_id: int) -> np.ndarray:
+    """Texts' token ids, each followed by ``eos_id``, concatenated: (tokens,) int64."""
+    return np.fromiter((token for text in texts for token in (*text, eos_id)), dtype=np.int64)
+
+
 def pack_sequences(texts: Sequence[Sequence[int]], eos_id: int, context: int) -> np.ndarray:
     """Texts' token ids, each followed by ``eos_id``, concatenated and cut into
     (n_sequences, context) int64 sequences; the incomplete tail is dropped."""
-    stream = np.fromiter((token for text in texts for token in (*text, eos_id)), dtype=np.int64)
+    stream = token_stream(texts, eos_id)
     count = len(stream) // context
     return stream[: count * context].reshape(count, context)
 
@@ -194,26 +229,53 @@ def previous_segment_end(spec: TrainingSpec, end: int) -> int | None:
     return earlier[-1] if earlier else None
 
 
-def epoch_corpus(sequences: np.ndarray, spec: TrainingSpec, dataset: str) -> np.ndarray:
-    """The packed ``sequences`` a training reads: all of them, or with ``spec.epochs`` the
-    first ``spec.corpus_sequences`` (one epoch's worth). Raises LayerlawsError when the
-    sample of ``dataset`` packs fewer."""
-    needed = spec.corpus_sequences
-    if needed is None:
-        return sequences
-    if len(sequences) < needed:
+def check_budget(n_sequences: int, spec: TrainingSpec, dataset: str) -> None:
+    """A ``token_budget`` is met: the corpus packed ``n_sequences`` of its
+    ``spec.budget_sequences``. Raises LayerlawsError, saying what to raise or lower, when
+    the sample or source of ``dataset`` ran out before."""
+    needed = spec.budget_sequences
+    if needed is None or n_sequences >= needed:
+        return
+    what = f"the sample of dataset {dataset!r} makes"
+    fix = (
+        f"raise datasets.{dataset}.n_samples (about {needed / max(n_sequences, 1):.1f}× as "
+        f"many texts) or lower the training's token_budget"
+    )
+    if spec.corpus == "source":
+        what = f"the whole source of dataset {dataset!r} makes"
+        fix = "lower the training's token_budget, or drop it to read the whole source"
+    raise LayerlawsError(
+        f"a token budget of {spec.token_budget:,} tokens needs {needed:,} packed sequences "
+        f"of {spec.context} tokens, and {what} {n_sequences:,}; {fix}"
+    )
+
+
+def check_corpus_size(n_sequences: int, spec: TrainingSpec, key: str) -> None:
+    """A corpus of ``n_sequences`` packed sequences gives training ``key`` a batch at every
+    step: ``batch_size`` sequences without epochs, at least one per step with them.
+    Raises LayerlawsError saying what to change."""
+    if spec.epochs is None:
+        batches_per_epoch(n_sequences, spec)
+        return
+    per_epoch = spec.steps // spec.epochs
+    if n_sequences < per_epoch:
         raise LayerlawsError(
-            f"{spec.epochs} epoch(s) of {spec.steps} steps × {spec.batch_size} sequences need "
-            f"{needed:,} packed sequences of {spec.context} tokens, and the sample of dataset "
-            f"{dataset!r} makes {len(sequences):,}; raise datasets.{dataset}.n_samples (about "
-            f"{needed / len(sequences):.1f}× as many texts) or lower the training's steps"
+            f"training {key}: {spec.epochs} epoch(s) in {spec.steps:,} steps cut each epoch "
+            f"into {per_epoch:,} batches, more than the {n_sequences:,} packed sequences of "
+            f"its corpus; lower training.{key}.steps (to about "
+            f"{steps_for_batches(n_sequences, spec):,} for batches of {spec.batch_size})"
         )
-    return sequences[:needed]
+
+
+def steps_for_batches(n_sequences: int, spec: TrainingSpec) -> int:
+    """The steps (a multiple of the epochs) in which ``spec.epochs`` epochs of
+    ``n_sequences`` read about ``batch_size`` sequences a step."""
+    return spec.epochs * max(1, round(n_sequences / spec.batch_size))
 
 
 def batches_per_epoch(n_sequences: int, spec: TrainingSpec) -> int:
-    """Full batches of ``spec.batch_size`` in ``n_sequences``; raises LayerlawsError when
-    there is not one."""
+    """Full batches of ``spec.batch_size`` in ``n_sequences`` (a training without epochs);
+    raises LayerlawsError when there is not one."""
     per_epoch = n_sequences // spec.batch_size
     if per_epoch == 0:
         raise LayerlawsError(
@@ -224,30 +286,45 @@ def batches_per_epoch(n_sequences: int, spec: TrainingSpec) -> int:
     return per_epoch
 
 
+@lru_cache(maxsize=2)
+def epoch_order(n_sequences: int, seed: int, epoch: int) -> np.ndarray:
+    """(n_sequences,) int64, read-only: the order of the packed sequences in ``epoch``, a
+    permutation seeded by (seed, epoch), drawn once per epoch (a whole Pile subset packs
+    tens of millions of sequences)."""
+    order = np.random.default_rng([seed, epoch]).permutation(n_sequences)
+    order.setflags(write=False)
+    return order
+
+
 def batch_indices(n_sequences: int, spec: TrainingSpec, step: int) -> np.ndarray:
-    """(batch_size,) int64: the packed sequences optimizer step ``step`` reads. Each epoch
-    is a fresh permutation seeded by (seed, epoch); an epoch's incomplete last batch is
-    skipped."""
-    epoch, within = divmod(step, batches_per_epoch(n_sequences, spec))
-    order = np.random.default_rng([spec.seed, epoch]).permutation(n_sequences)
-    return order[within * spec.batch_size : (within + 1) * spec.batch_size]
+    """The packed sequences optimizer step ``step`` reads, in the order of its epoch's
+    permutation (``epoch_order``). Without epochs, ``batch_size`` of them, an epoch's
+    incomplete last batch skipped; with E epochs, step w of each epoch's steps / E = S
+    reads its sequences ⌊w·n/S⌋ … ⌊(w+1)·n/S⌋ − 1, so that every sequence is read once per
+    epoch (a batch of ⌊n/S⌋ or ⌈n/S⌉; ``batch_size`` when n = S × batch_size)."""
+    if spec.epochs is None:
+        epoch, within = divmod(step, batches_per_epoch(n_sequences, spec))
+        bounds = within * spec.batch_size, (within + 1) * spec.batch_size
+    else:
+        per_epoch = spec.steps // spec.epochs
+        epoch, within = divmod(step, per_epoch)
+        bounds = within * n_sequences // per_epoch, (within + 1) * n_sequences // per_epoch
+    return epoch_order(n_sequences, spec.seed, epoch)[bounds[0] : bounds[1]]
 
 
-def unigram_entropy(sequences: np.ndarray) -> float:
-    """Entropy (nats) of the token frequencies of ``sequences``: the loss of the best
+def unigram_entropy(counts: np.ndarray) -> float:
+    """Entropy (nats) of the token frequencies ``counts`` (vocab,): the loss of the best
     model that ignores context, the level a trained model should fall far below."""
-    counts = np.bincount(sequences.ravel())
     probabilities = counts[counts > 0] / counts.sum()
     return float(-(probabilities * np.log(probabilities)).sum())
 
 
-def unigram_cross_entropy(sequences: np.ndarray, held_out: np.ndarray, vocab_size: int) -> float:
+def unigram_cross_entropy(counts: np.ndarray, held_out: np.ndarray) -> float:
     """Cross-entropy (nats) on the predicted tokens of ``held_out`` (every position but
     the first of each sequence, as the held-out loss counts them) of the unigram model of
-    ``sequences`` with add-one smoothing over ``vocab_size`` tokens: the held-out loss of
-    the best model that ignores context."""
-    counts = np.bincount(sequences.ravel(), minlength=vocab_size).astype(np.float64) + 1.0
-    log_probabilities = np.log(counts / counts.sum())
+    the training tokens' ``counts`` (vocab,) with add-one smoothing over the vocabulary:
+    the held-out loss of the best model that ignores context."""
+    log_probabilities = np.log((counts + 1.0) / (counts.sum() + len(counts)))
     return float(-log_probabilities[held_out[:, 1:].ravel()].mean())
 
 

@@ -29,20 +29,20 @@ CHECKPOINT_COLUMNS = ("step", "tokens_seen", "train_loss", "held_out_loss")
 
 
 def corpus_facts(
-    texts: int, sequences: np.ndarray, held_out: np.ndarray, vocab_size: int
+    texts: int, sequences: int, counts: np.ndarray, held_out: np.ndarray
 ) -> dict[str, Any]:
     """What training.json says of the packed corpus: ``texts`` packed into ``sequences``
-    (n, context), their token count and unigram entropy (nats), the ``held_out``
-    sequences (m, context; m may be 0) and the add-one unigram model's loss on them (nats;
-    None without held-out sequences), over a vocabulary of ``vocab_size``."""
+    packed sequences, their token count and unigram entropy (nats) from the token
+    ``counts`` (vocab,), the ``held_out`` sequences (m, context; m may be 0) and the
+    add-one unigram model's loss on them (nats; None without held-out sequences)."""
     return {
         "texts": texts,
-        "sequences": len(sequences),
-        "corpus_tokens": int(sequences.size),
-        "unigram_entropy": unigram_entropy(sequences),
+        "sequences": sequences,
+        "corpus_tokens": int(counts.sum()),
+        "unigram_entropy": unigram_entropy(counts),
         "held_out_sequences": len(held_out),
         "held_out_unigram_loss": (
-            unigram_cross_entropy(sequences, held_out, vocab_size) if len(held_out) else None
+            unigram_cross_entropy(counts, held_out) if len(held_out) else None
         ),
     }
 
@@ -55,12 +55,13 @@ def segment_record(
     resumed_from: int | None,
     seconds: float,
     device: str,
+    n_sequences: int | None = None,
 ) -> dict[str, Any]:
     """The record of the segment that reached step ``end``: the curve's row at ``end``
     (step, tokens seen, learning rate, losses in nats), its own rows of the run's
     ``curve`` (after the previous segment end, up to ``end``), the step its job resumed
-    from (None: from scratch), its ``seconds``, the tokens it trained on and its
-    ``device``."""
+    from (None: from scratch), its ``seconds``, the tokens it trained on (of a corpus of
+    ``n_sequences`` packed sequences; ``TrainingSpec.tokens_seen``) and its ``device``."""
     first = previous_segment_end(spec, end)
     after = -1 if first is None else first
     rows = [dict(row) for row in curve if after < row["step"] <= end]
@@ -68,7 +69,8 @@ def segment_record(
         **rows[-1],
         "resumed_from_step": resumed_from,
         "seconds": round(seconds, 3),
-        "trained_tokens": spec.tokens_seen(end - (resumed_from or 0)),
+        "trained_tokens": spec.tokens_seen(end, n_sequences)
+        - spec.tokens_seen(resumed_from or 0, n_sequences),
         "device": device,
         "curve": rows,
     }

@@ -232,15 +232,16 @@ def train(
     until: int | None = None,
     on_checkpoint: Callable[[int], None] | None = None,
 ) -> TrainingRun:
-    """Train ``config``'s model on packed ``sequences`` (n, context) int64 as ``spec``
-    says, on ``device``, up to step ``until`` (a segment end: a checkpoint step or the
-    last step, the default), saving checkpoints into ``folder``. The run resumes from the
-    latest checkpoint of the same run at ``until`` or before that holds a training state
-    (so a run that finds ``until``'s own trains nothing). A checkpoint it passes that is
-    already saved, other than ``until``'s, is kept as it is: a measurement may be reading
-    it, and the run is deterministic. ``held_out`` (m, context) gives the held-out loss at
-    every checkpoint and every ``eval_every`` steps. ``on_checkpoint(step)`` is called
-    after each checkpoint is passed."""
+    """Train ``config``'s model on packed ``sequences`` (n, context) of token ids (any
+    integer type; memory-mapped from disk for a whole source: only each step's rows are
+    read) as ``spec`` says, on ``device``, up to step ``until`` (a segment end: a
+    checkpoint step or the last step, the default), saving checkpoints into ``folder``.
+    The run resumes from the latest checkpoint of the same run at ``until`` or before that
+    holds a training state (so a run that finds ``until``'s own trains nothing). A
+    checkpoint it passes that is already saved, other than ``until``'s, is kept as it is:
+    a measurement may be reading it, and the run is deterministic. ``held_out`` (m,
+    context) gives the held-out loss at every checkpoint and every ``eval_every`` steps.
+    ``on_checkpoint(step)`` is called after each checkpoint is passed."""
     stop = spec.steps if until is None else until
     if stop not in segment_ends(spec):
         raise LayerlawsError(
@@ -250,7 +251,7 @@ def train(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     fingerprint = spec.fingerprint(sequences, held_out if held_out is not None else np.empty(0))
-    data = torch.from_numpy(sequences)
+    n_sequences = len(sequences)
     evaluation = torch.from_numpy(held_out) if held_out is not None else None
     result = TrainingRun()
     resume = resumable_checkpoint(folder, fingerprint, stop)
@@ -288,7 +289,7 @@ def train(
         train_losses = [row["train_loss"] for row in result.curve if row["step"] == step]
         record = {
             "step": step,
-            "tokens_seen": spec.tokens_seen(step),
+            "tokens_seen": spec.tokens_seen(step, n_sequences),
             "train_loss": train_losses[0] if train_losses else None,
             "held_out_loss": held,
             "fingerprint": fingerprint,
@@ -300,28 +301,27 @@ def train(
 
     if resume is None and 0 in spec.checkpoints:
         held = evaluate()
-        result.curve.append(_curve_row(spec, 0, None, held))
+        result.curve.append(_curve_row(spec, n_sequences, 0, None, held))
         checkpoint(0, held)
     started, pending = time.perf_counter(), []
     for step in range(start, stop):
         rate = learning_rate_at(spec, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
-        batch = data[batch_indices(len(data), spec, step)].to(device, non_blocking=True)
-        with _autocast(device):
-            loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
+        loss = _accumulate_gradients(
+            model, sequences, batch_indices(n_sequences, spec, step), spec, device
+        )
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        pending.append((step + 1, rate, loss.detach()))
+        pending.append((step + 1, rate, loss))
         done = step + 1
         if done % spec.eval_every == 0 or done in spec.checkpoints or done == spec.steps:
             # Losses are read back only here, so a GPU never waits for them between steps.
             held = evaluate()
             for number, pending_rate, pending_loss in pending:
                 result.curve.append(
-                    _curve_row(spec, number, pending_rate, None, float(pending_loss))
+                    _curve_row(spec, n_sequences, number, pending_rate, None, float(pending_loss))
                 )
             result.curve[-1]["held_out_loss"] = held
             pending.clear()
@@ -332,13 +332,15 @@ def train(
                 spec.steps,
                 result.curve[-1]["train_loss"],
                 "-" if held is None else f"{held:.4f}",
-                spec.tokens_seen(done - start) / elapsed,
+                (spec.tokens_seen(done, n_sequences) - spec.tokens_seen(start, n_sequences))
+                / elapsed,
             )
             if done in spec.checkpoints:
                 checkpoint(done, held)
     result.seconds = time.perf_counter() - started
     if result.seconds > 0:
-        result.tokens_per_second = spec.tokens_seen(stop - start) / result.seconds
+        trained = spec.tokens_seen(stop, n_sequences) - spec.tokens_seen(start, n_sequences)
+        result.tokens_per_second = trained / result.seconds
     result.checkpoints = [
         json.loads((checkpoint_folder(folder, step) / CHECKPOINT_FILE).read_text())
         for step in spec.checkpoints
@@ -347,8 +349,32 @@ def train(
     return result
 
 
+def _accumulate_gradients(
+    model: Any, sequences: np.ndarray, rows: np.ndarray, spec: TrainingSpec, device: str
+) -> torch.Tensor:
+    """The gradients of the mean next-token loss over the packed ``sequences`` ``rows``
+    (one optimizer step's batch) accumulated in ``model``; that loss, detached. A batch of
+    more than ``spec.batch_size`` sequences (an epoch cut into steps, ``batch_indices``)
+    runs in the fewest passes of at most ``batch_size`` (sizes as equal as can be), each
+    pass's loss weighted by its share of the sequences (all have ``context`` tokens), so
+    that the gradients are the whole batch's."""
+    parts = np.array_split(rows, -(-len(rows) // spec.batch_size))
+    total = None
+    for part in parts:
+        batch = torch.from_numpy(np.asarray(sequences[part], dtype=np.int64))
+        batch = batch.to(device, non_blocking=True)
+        with _autocast(device):
+            loss = model(input_ids=batch, labels=batch).loss
+        if len(parts) > 1:
+            loss = loss * (len(part) / len(rows))
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
+
+
 def _curve_row(
     spec: TrainingSpec,
+    n_sequences: int,
     step: int,
     rate: float | None,
     held: float | None,
@@ -356,7 +382,7 @@ def _curve_row(
 ) -> dict[str, Any]:
     return {
         "step": step,
-        "tokens_seen": spec.tokens_seen(step),
+        "tokens_seen": spec.tokens_seen(step, n_sequences),
         "learning_rate": rate,
         "train_loss": train_loss,
         "held_out_loss": held,

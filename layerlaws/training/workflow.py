@@ -23,7 +23,8 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
 
 
 def check_trainings(config: Mapping[str, Any]) -> None:
-    """Each training names a model (its tokenizer) and datasets, and has whole epochs."""
+    """Each training names a model (its tokenizer) and datasets, has whole epochs and a
+    token budget of one sequence at least."""
     for key, training in config["training"].items():
         for field, table in (
             ("tokenizer", "models"),
@@ -38,4 +39,10 @@ def check_trainings(config: Mapping[str, Any]) -> None:
                 f"config training.{key}.epochs is {epochs}, and steps ({training['steps']}) is "
                 f"not a multiple of it: each epoch must be whole steps; make steps a multiple "
                 f"of epochs"
+            )
+        budget = training.get("token_budget")
+        if budget is not None and budget < training["context"]:
+            raise LayerlawsError(
+                f"config training.{key}.token_budget is {budget}, less than one sequence of "
+                f"context {training['context']} tokens; raise it"
             )

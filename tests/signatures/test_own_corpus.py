@@ -1,6 +1,7 @@
 """Yao & Xu Fig. 5B–E as the paper ran it: each model trained on its own corpus and compared
 with the signatures of the tokens it was trained on (``signatures.own_corpus``), through a
-real tiny workflow run of two Qwen2-style trainings, one of them exactly one epoch; R_cos
+real tiny workflow run of two Qwen2-style trainings, one of them exactly one epoch of its
+whole source (as the paper's), the other a token budget of its sample; R_cos
 and the pooled decile profile against numpy and scipy computations from the paper's
 definitions over bigrams counted here from the packed sequences the trainings read."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -24,6 +26,8 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.signatures.workflow import OWN_CORPUS_FIGURES
+from layerlaws.training.plan import pack_sequences
+from layerlaws.training.train import tokenize_texts
 from tests.signatures.test_signatures import DECILE_COLUMNS
 
 pytestmark = pytest.mark.slow
@@ -60,8 +64,14 @@ def own_config(llama_folder, texts, tmp_path_factory):
         "models": {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}},
         "datasets": sources,
         "training": {
-            "on-first": {**TRAINING, "dataset": "first", "seed": 0, "epochs": 1},
-            "on-second": {**TRAINING, "dataset": "second", "seed": 1},
+            "on-first": {
+                **TRAINING,
+                "dataset": "first",
+                "seed": 0,
+                "corpus": "source",
+                "epochs": 1,
+            },
+            "on-second": {**TRAINING, "dataset": "second", "seed": 1, "token_budget": 20 * 16},
         },
         "signatures": {"own_corpus": {"halves": ["on-first", "on-second"]}, "top_tokens": 1000},
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
@@ -166,15 +176,34 @@ def test_each_model_is_compared_with_its_own_corpus(own_run, tokenizer):
         assert (folder / f"{name}.svg").stat().st_size > 1000
 
 
-def test_one_epoch_reads_the_first_steps_x_batch_sequences_once(own_run, tokenizer):
-    """on-first (epochs: 1): its corpus is 6 steps × 4 sequences, each read once; on-second
-    (no epochs) reads its whole packed sample."""
+def test_one_epoch_reads_the_whole_source_once_and_a_budget_its_sequences(
+    own_run, own_config, tokenizer
+):
+    """on-first (corpus: source, epochs: 1): its corpus is every text of its file packed
+    (streamed through the tokenizer to disk), and its last checkpoint has read each of
+    those sequences once; on-second (token_budget: 320 tokens, no epochs): its corpus is
+    the first 20 sequences of its packed sample."""
+    eos = separator(tokenizer)
+    source = own_config["datasets"]["first"]["source"]["paths"][0]
+    lines = Path(source).read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"] for line in lines]
     first = np.load(own_run / "results/training/on-first/sequences.npy")
-    assert first.shape == (TRAINING["steps"] * TRAINING["batch_size"], TRAINING["context"])
+    packed = pack_sequences(tokenize_texts(tokenizer, texts), eos, 16)
+    np.testing.assert_array_equal(first, packed)
     facts = json.loads((own_run / "results/training/on-first/corpus.json").read_text())
-    assert facts["sequences"] == len(first)
+    assert (facts["texts"], facts["sequences"], facts["corpus_tokens"]) == (
+        40,
+        len(first),
+        first.size,
+    )
+    checkpoints = pl.read_csv(own_run / "results/training/on-first/checkpoints.csv")
+    # Saved at steps 0, 1 and 6: step 1 read ⌊n / 6⌋ of the n sequences, step 6 all.
+    assert checkpoints["tokens_seen"].to_list() == [0, len(first) // 6 * 16, first.size]
+    sample = pl.read_parquet(own_run / "results/corpus/second/sentences.parquet")["text"]
     second = np.load(own_run / "results/training/on-second/sequences.npy")
-    assert len(second) > 0
+    whole = pack_sequences(tokenize_texts(tokenizer, sample.to_list()), eos, 16)
+    assert len(whole) > 20
+    np.testing.assert_array_equal(second, whole[:20])
     for corpus, sequences in (("first", first), ("second", second)):
         folder = own_run / f"results/training/on-{corpus}/counts"
         size = int(sequences.max()) + 1

@@ -84,8 +84,9 @@ def test_what_the_cache_lacks_stops_its_job_in_one_line(base_config, tmp_path):
 def test_the_paper_config_downloads_every_hub_model_and_dataset(tmp_path):
     """``snakemake download`` on the paper config fetches its 156 hub models (every
     revision a model of its own; its plan downloads each before its preparation:
-    test_workflow.py), samples the 25 hub datasets and tokenises the five Pile subsets
-    counted for Qwen2.5-3B's signatures (with its tokenizer's model), and nothing else."""
+    test_workflow.py), samples the 20 hub datasets its jobs read, tokenises the five Pile
+    subsets counted for Qwen2.5-3B's signatures and packs each for the training on its
+    whole source (with their tokenizers' models), and nothing else."""
     paper = REPO / "configs" / "paper.yaml"
     models = yaml.safe_load(paper.read_text())["models"].values()
     assert all(model["source"]["kind"] == "hub" for model in models)
@@ -95,11 +96,12 @@ def test_the_paper_config_downloads_every_hub_model_and_dataset(tmp_path):
     table = listed.stdout.split("Job stats:", 1)[1]
     assert dict(re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)) == {
         "download_model": "156",
-        "sample_sentences": "25",
-        "prepare_model": "1",
+        "sample_sentences": "20",
+        "prepare_model": "2",
+        "pack_training_corpus": "5",
         "tokenize_corpus": "5",
         "download": "1",
-        "total": "188",
+        "total": "189",
     }
     assert not (tmp_path / "results").exists()
 
