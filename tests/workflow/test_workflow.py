@@ -483,8 +483,10 @@ def test_paper_config_dry_runs(tmp_path):
     # 20 + 4 × 13 checkpoints, 24 base and 14 fine-tuned models on the leaderboard prompts,
     # 3 on WikiText-2; the leaderboard's per-prompt and per-dataset coupling of each.
     assert jobs["measure_coupling"] == 113 and jobs["summarize_coupling"] == 110
-    # 13 probing datasets, 6 leaderboard datasets, WikiText-2, five Pile subsets.
-    assert jobs["sample_sentences"] == 25
+    # 13 probing datasets, 6 leaderboard datasets, WikiText-2; the five Pile subsets are
+    # read whole (packed for their trainings, counted for the signatures), not sampled.
+    assert jobs["sample_sentences"] == 20
+    assert jobs["pack_training_corpus"] == 5
     # Every hub model (a revision is a model of its own) is downloaded before it is prepared.
     assert jobs["download_model"] == jobs["prepare_model"] - 5 == 156
     assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
