@@ -59,8 +59,12 @@ def test_the_counts_are_divided_and_nothing_else():
     leaderboard = scaled["coupling"]["prompts"]["leaderboard"]
     assert (leaderboard["n_from_dataset"], leaderboard["jacobian_prompts"]) == (1, 1)
     for key, training in scaled["training"].items():
-        written_steps = written["training"][key]["steps"]
-        assert training["steps"] == math.ceil(written_steps / 1000), key
+        written_training = written["training"][key]
+        if written_training["corpus"] == "source":  # a whole source: by the factor squared
+            steps = max(math.ceil(written_training["steps"] / 1000**2), 4)  # ≥ 4 checkpoints
+        else:
+            steps = math.ceil(written_training["steps"] / 1000)
+        assert training["steps"] == steps, key
         assert training["batch_size"] == 1, key
         assert training["steps"] % (training["epochs"] or 1) == 0
         assert 1 <= training["warmup_steps"] <= training["steps"]
@@ -80,7 +84,12 @@ def test_the_counts_are_divided_and_nothing_else():
 
 def test_listed_checkpoints_are_divided_within_the_steps():
     config = paper(10)
-    config["training"]["qwen-cc"] |= {"steps": 400, "epochs": 4, "checkpoints": [0, 5, 40, 400]}
+    config["training"]["qwen-cc"] |= {
+        "corpus": "sample",
+        "steps": 400,
+        "epochs": 4,
+        "checkpoints": [0, 5, 40, 400],
+    }
     training = divided_counts(config)["training"]["qwen-cc"]
     assert training["steps"] == 40
     assert training["checkpoints"] == [0, 1, 4, 40]
@@ -90,7 +99,12 @@ def test_the_checkpoints_the_figure_index_names_are_renamed_as_divided():
     """The n-th checkpoint of a training as written names the n-th after division, and its
     last the last, so that the rehearsal finds the figures of the final checkpoints."""
     config = paper(10)
-    config["training"]["qwen-cc"] |= {"steps": 400, "epochs": 4, "checkpoints": [0, 5, 40, 400]}
+    config["training"]["qwen-cc"] |= {
+        "corpus": "sample",
+        "steps": 400,
+        "epochs": 4,
+        "checkpoints": [0, 5, 40, 400],
+    }
     renamed = renamed_checkpoints(config, divided_counts(config))
     cc = {old: new for old, new in renamed.items() if old.startswith("qwen-cc@")}
     assert cc == {
