@@ -474,8 +474,8 @@ def test_paper_config_dry_runs(tmp_path):
     """The paper config plans every experiment it configures: the runs, the twelve series
     (Pythia-1B's checkpoints, one model per revision; the GPT-2, RWKV-Raven and Mamba
     sizes; the data-constrained GPT-2 models; Aubry et al.'s base and fine-tuned models and
-    the checkpoints of four Pythia sizes), Yao & Xu's five trained models against their own
-    corpora."""
+    the checkpoints of four Pythia sizes), Yao & Xu's five trained models of each architecture
+    (Qwen2.5, Llama 2) against their own corpora."""
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
     assert jobs["summarize_series"] == 12 and jobs["plot_series"] == 12
     # 77 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
@@ -486,10 +486,10 @@ def test_paper_config_dry_runs(tmp_path):
     # 13 probing datasets, 6 leaderboard datasets, WikiText-2; the five Pile subsets are
     # read whole (packed for their trainings, counted for the signatures), not sampled.
     assert jobs["sample_sentences"] == 20
-    assert jobs["pack_training_corpus"] == 5
+    assert jobs["pack_training_corpus"] == 10
     # Every hub model (a revision is a model of its own) is downloaded before it is prepared.
-    assert jobs["download_model"] == jobs["prepare_model"] - 5 == 156
-    assert jobs["train_model"] == 5 and jobs["compare_own_corpora"] == 1
+    assert jobs["download_model"] == jobs["prepare_model"] - 10 == 156
+    assert jobs["train_model"] == 10 and jobs["compare_own_corpora"] == 2
 
 
 def test_zoo_config_dry_runs(tmp_path, monkeypatch):
