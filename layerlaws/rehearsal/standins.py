@@ -256,7 +256,7 @@ def hub_datasets(config: Mapping[str, Any]) -> list[HubDataset]:
         rows = max(8, 2 * count) if isinstance(count, int) else 8
         split = source.get("split", "train")
         where = tuple(sorted((source.get("where") or {}).items()))
-        group = RowGroup(split, where, rows, _training_words(config, key, count or rows))
+        group = RowGroup(split, where, rows, _training_words(config, key, count or rows, rows))
         entry.groups[split, where] = _larger(entry.groups.get((split, where)), group)
         if where:
             other = tuple((field, "other") for field, _ in where)
@@ -273,16 +273,19 @@ def _larger(old: RowGroup | None, new: RowGroup) -> RowGroup:
     return RowGroup(new.split, new.where, max(old.rows, new.rows), max(old.words, new.words))
 
 
-def _training_words(config: Mapping[str, Any], dataset: str, texts: int) -> int:
-    """Words per text that the trainings on ``dataset`` need from a sample of ``texts``
-    texts: their packed sequences (steps × batch_size / epochs, and the held-out ones),
-    twice over; ``PROBING_WORDS`` when no training reads it."""
+def _training_words(config: Mapping[str, Any], dataset: str, texts: int, rows: int) -> int:
+    """Words per text that the trainings on ``dataset`` need: their packed sequences
+    (steps × batch_size / epochs, and the held-out ones), twice over, from a sample of
+    ``texts`` texts, or from all ``rows`` rows of the stand-in for a training that reads
+    the whole source (``corpus: source``, which reads every sequence, so that longer rows
+    would lengthen it); ``PROBING_WORDS`` when no training reads it."""
     needed = PROBING_WORDS
     for training in config["training"].values():
         if dataset in (training["dataset"], training.get("held_out")):
             sequences = training["steps"] * training["batch_size"] // (training.get("epochs") or 1)
             tokens = (sequences + training["held_out_sequences"] + 1) * (training["context"] + 1)
-            needed = max(needed, math.ceil(2 * tokens * WORDS_PER_TOKEN / texts))
+            read = rows if training.get("corpus") == "source" else texts
+            needed = max(needed, math.ceil(2 * tokens * WORDS_PER_TOKEN / read))
     return needed
 
 

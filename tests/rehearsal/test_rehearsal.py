@@ -24,6 +24,7 @@ from layerlaws.rehearsal.report import job_uses
 from layerlaws.rehearsal.standins import (
     LAYERS,
     WIDTH,
+    WORDS_PER_TOKEN,
     hub_datasets,
     hub_family,
     hub_models,
@@ -65,7 +66,7 @@ def test_the_counts_are_divided_and_nothing_else():
         else:
             steps = math.ceil(written_training["steps"] / 1000)
         assert training["steps"] == steps, key
-        assert training["batch_size"] == 1, key
+        assert training["batch_size"] == training["micro_batch_size"] == 1, key
         assert training["steps"] % (training["epochs"] or 1) == 0
         assert 1 <= training["warmup_steps"] <= training["steps"]
         assert training["context"] == written["training"][key]["context"] == 2048
@@ -114,6 +115,25 @@ def test_the_checkpoints_the_figure_index_names_are_renamed_as_divided():
         "qwen-cc@step400": "qwen-cc@step40",
     }
     assert set(renamed.values()) > set(cc.values())
+
+
+def test_a_whole_source_stand_in_holds_what_its_training_reads_twice_not_more():
+    """A whole-source training reads every row of its stand-in, so the rows together hold
+    its sequences twice over (and no more: longer rows made the rehearsal's trainings
+    eight times as long), where a sampled training's sample holds them."""
+    config = divided_counts(paper(1000))
+    groups = {
+        (group.split, group.where): group
+        for dataset in hub_datasets(config)
+        for group in dataset.groups.values()
+    }
+    for key, training in config["training"].items():
+        assert training["corpus"] == "source", key
+        source = config["datasets"][training["dataset"]]["source"]
+        group = groups[source["split"], tuple(sorted(source["where"].items()))]
+        sequences = training["steps"] * training["batch_size"] + training["held_out_sequences"]
+        words = 2 * (sequences + 1) * (training["context"] + 1) * WORDS_PER_TOKEN
+        assert words <= group.rows * group.words < words + group.rows, key
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[path.name for path in CONFIGS])
