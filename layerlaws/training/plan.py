@@ -26,8 +26,12 @@ Qwen2-style: Llama's with biases on the query, key and value projections, the
 architecture of Yao & Xu, Appendix A)."""
 
 ROPE_FAMILIES = {"llama": False, "qwen2": True}
-"""The RoPE families (Llama-style blocks, heads of any size), by whether their query, key
-and value projections carry biases."""
+"""The RoPE families (Llama-style blocks), by whether their query, key and value
+projections carry biases."""
+
+FREE_HEAD_FAMILIES = ("qwen2",)
+"""The families whose heads need not add up to hidden_size (Yao & Xu's 12 × 64 on 512):
+transformers' Qwen2 configuration allows it, its Llama configuration does not."""
 
 CORPORA = ("sample", "source")
 """``training.<key>.corpus``: the dataset's sample (packed in memory), or its whole source
@@ -155,7 +159,7 @@ class TrainingSpec:
 
 def head_size(settings: Mapping[str, Any]) -> int:
     """The head size of a ``training.<key>`` block: its ``head_dim``, else hidden_size /
-    num_heads (which must then be a whole number). Only a RoPE family (llama, qwen2) may
+    num_heads (which must then be a whole number). Only a ``FREE_HEAD_FAMILIES`` model may
     have heads whose sizes do not add up to hidden_size."""
     hidden, heads, given = settings["hidden_size"], settings["num_heads"], settings.get("head_dim")
     if given is None:
@@ -165,7 +169,7 @@ def head_size(settings: Mapping[str, Any]) -> int:
                 f"give head_dim"
             )
         return hidden // heads
-    if settings["architecture"] not in ROPE_FAMILIES and given * heads != hidden:
+    if settings["architecture"] not in FREE_HEAD_FAMILIES and given * heads != hidden:
         raise LayerlawsError(
             f"training: a {settings['architecture']} model's heads share hidden_size "
             f"({hidden}); head_dim {given} × num_heads {heads} does not"

@@ -59,8 +59,9 @@ def test_head_size_defaults_to_the_hidden_share_and_gpt2_heads_fill_it() -> None
     assert spec_of(head_dim=None, num_heads=4).head_dim == 16
     with pytest.raises(LayerlawsError, match="give head_dim"):
         spec_of(head_dim=None)  # 64 is no multiple of 3
-    with pytest.raises(LayerlawsError, match="share hidden_size"):
-        spec_of(architecture="gpt2")
+    for architecture in ("gpt2", "llama"):  # transformers' Llama checks it too
+        with pytest.raises(LayerlawsError, match="share hidden_size"):
+            spec_of(architecture=architecture)
 
 
 def paper_input_dimension(name: str, shape: tuple[int, ...]) -> int:
