@@ -12,12 +12,14 @@ deliberately generous estimates.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from layerlaws.core.dtypes import DTYPE_BYTES
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.forward.batching import activation_vectors
 from layerlaws.models.quantization import WEIGHT_BYTES
 
@@ -31,6 +33,8 @@ FLOPS_PER_SECOND = {"gpu": 5e13, "cpu": 5e10}
 LOAD_BYTES_PER_SECOND = 2e8
 """Assumed speed of reading weights from disk."""
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ModelSize:
@@ -43,16 +47,63 @@ class ModelSize:
     model_type: str | None = field(default=None, compare=False)
     """transformers' name of the family where it is known (prepared facts, the model's
     config): the planner plans the Jacobian products a family can take."""
+    decoder_layers: int | None = field(default=None, compare=False)
+    """An encoder–decoder's decoder blocks L_d (``num_layers`` counts both stacks' blocks,
+    L_e + L_d); 0 for a model of one stack; None where not known."""
+    encoder_parameters: int | None = field(default=None, compare=False)
+    """An encoder–decoder's encoder's parameters (its token embeddings, shared with the
+    decoder, its blocks and final norm: transformers' ``T5EncoderModel``); 0 for a model
+    of one stack; None where not known."""
 
     @classmethod
     def of(cls, facts: Mapping[str, Any]) -> ModelSize:
-        """From a prepared model's facts, or a ``models.<key>.size`` entry of a config."""
-        return cls(
+        """From a prepared model's facts, or a ``models.<key>.size`` entry of a config; a
+        LayerlawsError where an encoder–decoder's stacks do not fit in the whole."""
+        size = cls(
             int(facts["parameters"]),
             int(facts["num_layers"]),
             int(facts["hidden_size"]),
             int(facts["vocab_size"]),
             facts.get("model_type"),
+            facts.get("decoder_layers"),
+            facts.get("encoder_parameters"),
+        )
+        if size.decoder_layers and not (
+            size.decoder_layers < size.num_layers
+            and (size.encoder_parameters or 0) < size.parameters
+        ):
+            raise LayerlawsError(
+                f"an encoder-decoder's size counts both stacks: decoder_layers "
+                f"({size.decoder_layers}) must be fewer than num_layers ({size.num_layers}) "
+                f"and encoder_parameters ({size.encoder_parameters}) fewer than parameters "
+                f"({size.parameters})"
+            )
+        return size
+
+    def running(self, stack: str) -> ModelSize:
+        """The size a pass that regresses the layers of ``stack`` (``LayerChoice.stack``)
+        runs and regresses: an encoder–decoder's encoder alone (``encoder``: its L_e blocks
+        and parameters, as it runs without the decoder), its decoder's L_d blocks with the
+        whole model's parameters (``decoder``: the whole model runs, its decoder read), or
+        this size (``both``, a model of one stack). Where this size does not say how an
+        encoder–decoder divides (facts prepared before ``decoder_layers`` and
+        ``encoder_parameters`` were recorded, a ``models.<key>.size`` without them), this
+        size: the whole model's, both stacks' layers."""
+        if stack == "both" or self.decoder_layers == 0:
+            return self
+        if self.decoder_layers is None or (stack == "encoder" and self.encoder_parameters is None):
+            log.debug(
+                "a size that does not say how an encoder-decoder divides (decoder_layers, "
+                "encoder_parameters): a pass of its %s planned as the whole model's",
+                stack,
+            )
+            return self
+        if stack == "decoder":
+            return replace(self, num_layers=self.decoder_layers)
+        return replace(
+            self,
+            parameters=self.encoder_parameters,
+            num_layers=self.num_layers - self.decoder_layers,
         )
 
 

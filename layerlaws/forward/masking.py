@@ -22,7 +22,7 @@ import polars as pl
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.forward.model_pass import observed_tokens
-from layerlaws.forward.settings import MaskingSettings
+from layerlaws.forward.settings import MaskingSettings, regressed_stack
 from layerlaws.forward.span_corruption import Seq2SeqVocabulary, encoder_decoder_tokens
 from layerlaws.models.architectures import ARCHITECTURES, LayerChoice, is_encoder_decoder
 
@@ -114,9 +114,7 @@ def probe_layers(
     and its decoder alone for ``span_corruption`` (He & Su's released code), under
     ``encoder_then_decoder`` both stacks as one series; ``layer_states: hidden_states``
     numbers them as transformers' ``output_hidden_states`` (``LayerChoice``)."""
-    stack = "both"
-    if is_encoder_decoder(model_type) and encoder_decoder == "one_stack":
-        stack = "encoder" if probe == "next_token" else "decoder"
+    stack = regressed_stack(probe, encoder_decoder) if is_encoder_decoder(model_type) else "both"
     return LayerChoice(stack=stack, hidden_states=layer_states == "hidden_states")
 
 

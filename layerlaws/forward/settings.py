@@ -16,3 +16,14 @@ class MaskingSettings(StageSettings):
     rate: float
     seed: int
     scheme: str
+
+
+def regressed_stack(probe: str, encoder_decoder: str) -> str:
+    """The stack of an encoder–decoder whose layers a pass under ``probe`` regresses
+    (``LayerChoice.stack``): under ``equilearning.encoder_decoder: one_stack`` (He & Su's
+    released code) the encoder's under ``next_token`` (the encoder run alone) and the
+    decoder's under ``span_corruption`` (the whole model run, its decoder read), which an
+    encoder–decoder's ``auto`` is; under ``encoder_then_decoder`` both."""
+    if encoder_decoder != "one_stack":
+        return "both"
+    return "encoder" if probe == "next_token" else "decoder"

@@ -340,6 +340,20 @@ def encoder_layers(model: torch.nn.Module) -> int:
     return len(module_at(model, architecture.blocks)) + 1
 
 
+def stack_sizes(model: torch.nn.Module) -> tuple[int, int]:
+    """An encoder–decoder's decoder blocks L_d and its encoder's parameters (its token
+    embeddings, shared with the decoder, its blocks and its final norm, each counted once:
+    transformers' ``T5EncoderModel``); (0, 0) for a model of one stack."""
+    architecture = architecture_of(model.config)
+    if architecture.decoder_blocks is None:
+        return 0, 0
+    parts = [embeddings_of(model), module_at(model, architecture.blocks)]
+    parts.append(module_at(model, architecture.encoder_norm))
+    encoder = {id(parameter): parameter for part in parts for parameter in part.parameters()}
+    blocks = len(module_at(model, architecture.decoder_blocks))
+    return blocks, sum(parameter.numel() for parameter in encoder.values())
+
+
 def embeddings_of(model: torch.nn.Module) -> torch.nn.Module:
     """The token embedding module (W_E as its ``weight``, (vocab_size, hidden_size))."""
     return module_at(model, architecture_of(model.config).embeddings)

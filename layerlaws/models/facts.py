@@ -17,8 +17,8 @@ from layerlaws.models.architectures import (
     blocks_of,
     embeddings_of,
     lm_head_of,
-    module_at,
     norm_facts,
+    stack_sizes,
 )
 from layerlaws.models.metadata import MODEL_METADATA
 
@@ -59,6 +59,11 @@ class ModelFacts:
     decoder_layers: int | None = None
     """An encoder–decoder's decoder blocks L_d (its encoder's are ``num_layers`` − L_d); 0
     for a model of one stack; None in facts prepared before this field existed."""
+    encoder_parameters: int | None = None
+    """An encoder–decoder's encoder's parameters (``architectures.stack_sizes``: what
+    transformers' ``T5EncoderModel`` holds), by which the planner sizes a pass that runs the
+    encoder alone; 0 for a model of one stack; None in facts prepared before this field
+    existed."""
 
     def counting(self, choice: LayerChoice) -> ModelFacts:
         """These facts with ``num_layers`` the L of the layers ``choice`` takes (an
@@ -141,6 +146,7 @@ def model_facts(
             f"supported"
         )
     norm_type, norm_eps = norm_facts(model)
+    decoder_layers, encoder_parameters = stack_sizes(model)
     return ModelFacts(
         model_type=config.model_type,
         num_layers=len(blocks_of(model)),
@@ -156,9 +162,8 @@ def model_facts(
         weights=weights,
         source=dict(source),
         lm_head_trained=lm_head_trained,
-        decoder_layers=0
-        if architecture.decoder_blocks is None
-        else len(module_at(model, architecture.decoder_blocks)),
+        decoder_layers=decoder_layers,
+        encoder_parameters=encoder_parameters,
     )
 
 

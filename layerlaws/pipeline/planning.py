@@ -35,6 +35,7 @@ from layerlaws.forward.costs import (
     model_pass_needs,
 )
 from layerlaws.forward.kept_states import storage_dtype
+from layerlaws.forward.settings import regressed_stack
 from layerlaws.models.metadata import MODEL_METADATA
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.execution import Execution
@@ -72,7 +73,7 @@ def repeated_tokens(path: str | Path) -> int:
 
 def config_size(model_config: Mapping[str, Any]) -> ModelSize:
     """The size of a configured model from its config alone (no weights are read)."""
-    from layerlaws.models.architectures import blocks_of
+    from layerlaws.models.architectures import blocks_of, stack_sizes
     from layerlaws.models.preparation import skeleton_of, source_config
 
     skeleton = skeleton_of(
@@ -85,6 +86,7 @@ def config_size(model_config: Mapping[str, Any]) -> ModelSize:
         int(embeddings.shape[1]),
         int(embeddings.shape[0]),
         skeleton.config.model_type,
+        *stack_sizes(skeleton),
     )
 
 
@@ -137,10 +139,14 @@ class JobPlanner:
     ) -> Needs:
         """Needs of an equi-learning pass over ``tokens`` (those of ``tokens_path`` once it
         exists), or of one of its ``shards`` jobs (a share of the tokens each, writing its
-        statistics)."""
+        statistics): of an encoder–decoder, the part of it the pass runs and the layers it
+        regresses (``ModelSize.running``: under ``equilearning.encoder_decoder: one_stack``
+        the encoder alone under next-token probing, the decoder's layers of the whole model
+        under span corruption)."""
         settings = self.config["equilearning"]
+        probe = self._model(model).get("probe", "auto")
         return equilearning_pass_needs(
-            size=size,
+            size=size.running(regressed_stack(probe, settings["encoder_decoder"])),
             dtype=self._model(model)["dtype"],
             n_tokens=-(-tokens // shards),
             batch_tokens=self._batch_tokens(longest),

@@ -1,13 +1,20 @@
 """What a model-running job needs, from a model's config alone, against hand arithmetic;
 the statistics' memory against what the statistics really hold."""
 
+import copy
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 import torch
-from transformers import LlamaConfig
+import yaml
+from snakemake.utils import validate
+from tiny_models import WIDTH, save_tiny_model
+from transformers import AutoConfig, LlamaConfig, T5EncoderModel
 
+from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.equilearning.costs import (
     class_sums_bytes,
     equilearning_pass_needs,
@@ -21,8 +28,11 @@ from layerlaws.forward.costs import HOST_BASE_MB, ModelSize
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
-from layerlaws.pipeline.planning import config_size, repeated_tokens
+from layerlaws.pipeline.layout import Layout
+from layerlaws.pipeline.planning import JobPlanner, config_size, repeated_tokens
 from layerlaws.text.tokens import tokenize_sentences
+
+REPO = Path(__file__).resolve().parents[2]
 
 OFFSETS, NORMS, CONTROLS = (
     [-1, 0, 1, 2],
@@ -153,3 +163,158 @@ class HostWatch:
         self.observer.observe(layer, states)
         self.peak = max(self.peak, host_bytes(self.observer))
         self.devices |= {tensor.device.type for tensor in cpu_tensors(self.observer)}
+
+
+# An encoder-decoder's pass is planned for what it runs and regresses (He & Su's released
+# code, equilearning.encoder_decoder: one_stack): next-token probing the encoder alone,
+# span corruption the whole model with its decoder's layers.
+
+
+def t5_encoder_parameters(d: int, heads: int, d_kv: int, d_ff: int, blocks: int, vocab: int) -> int:
+    """T5's encoder (Raffel et al. 2020, §2.1) by its layer shapes: the shared embeddings
+    V·d; per block the attention's q, k, v, o (4·d·h·d_kv), the ReLU feed-forward's wi and
+    wo (2·d·d_ff) and two RMSNorm weights (2·d); the first block's 32 relative-position
+    buckets per head; the final norm."""
+    return vocab * d + blocks * (4 * d * heads * d_kv + 2 * d * d_ff + 2 * d) + 32 * heads + d
+
+
+def t5_parameters(*shape: int, decoder_blocks: int | None = None) -> int:
+    """The whole T5 of tied embeddings: its encoder (``shape`` as above) and a decoder of
+    ``decoder_blocks`` (as many as the encoder's unless given), each with cross-attention
+    (4·d·h·d_kv more) and a third norm, its first block's buckets and its final norm."""
+    d, heads, d_kv, d_ff, blocks, _ = shape
+    per_block = 8 * d * heads * d_kv + 2 * d * d_ff + 3 * d
+    decoder = (decoder_blocks or blocks) * per_block + 32 * heads + d
+    return t5_encoder_parameters(*shape) + decoder
+
+
+PUBLISHED_T5 = {
+    "t5-base": (768, 12, 64, 3072, 12),
+    "t5-large": (1024, 16, 64, 4096, 24),
+    "t5-3b": (1024, 32, 128, 16384, 24),
+    "t5-11b": (1024, 128, 128, 65536, 24),
+}
+"""google-t5/<key>'s config.json: d_model, num_heads, d_kv, d_ff, num_layers (of each
+stack); vocab_size 32128."""
+
+
+def paper_config() -> dict:
+    config = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
+    validate(config, str(SCHEMA_FILE))
+    return config
+
+
+def test_the_paper_configs_t5_sizes_are_their_published_configs():
+    models = paper_config()["models"]
+    for key, shape in PUBLISHED_T5.items():
+        expected = {
+            "parameters": t5_parameters(*shape, 32128),
+            "num_layers": 2 * shape[-1],
+            "hidden_size": shape[0],
+            "vocab_size": 32128,
+            "decoder_layers": shape[-1],
+            "encoder_parameters": t5_encoder_parameters(*shape, 32128),
+        }
+        assert models[key]["size"] == models[f"{key}-ntp"]["size"] == expected
+
+
+def pass_needs(planner: JobPlanner, model: str, dataset: str):
+    """The planner's needs of the pass of ``model`` on ``dataset`` before anything runs."""
+    layout = planner.layout
+    return planner.equilearning_pass(
+        SimpleNamespace(model=model, dataset=dataset),
+        SimpleNamespace(model=layout.model(model), tokens=layout.tokens(model, dataset)),
+    )
+
+
+def alone(config: dict, size: ModelSize, dataset: str, on_gpu: bool = True):
+    """``equilearning_pass_needs`` of a model of ``size`` in float32, on ``dataset``'s bound
+    of tokens of the config (n_samples × max_tokens, batches of batch_size texts)."""
+    settings, data = config["equilearning"], config["datasets"][dataset]
+    assert settings["shards"] == 1 and settings["fuzziness"]["classes"] == "all"
+    tokens = data["n_samples"] * data["max_tokens"]
+    return equilearning_pass_needs(
+        size=size,
+        dtype="float32",
+        n_tokens=tokens,
+        batch_tokens=config["execution"]["batch_size"] * data["max_tokens"],
+        offsets=settings["offsets"],
+        norms=settings["norms"],
+        controls=settings["controls"],
+        on_gpu=on_gpu,
+        gpus="auto",
+        gpu_memory_gb=config["execution"]["gpu_memory_gb"],
+        fuzziness_open_classes=min(tokens // 2, size.vocab_size),
+    )
+
+
+def test_a_prepared_t5_records_its_stacks_and_its_next_token_pass_runs_the_encoder(
+    tmp_path, tokenizer
+):
+    """The prepared facts (and a size read from the config alone) count T5EncoderModel's
+    parameters, as the formula above does; the planner reads them and plans the next-token
+    pass as the encoder's 3 blocks and parameters, the span-corruption pass as the
+    decoder's 2 blocks and the whole model's parameters (on the CPU, where the host holds
+    weights and statistics)."""
+    source = save_tiny_model(tmp_path / "source", "t5", tokenizer, num_hidden_layers=3)
+    config = AutoConfig.from_pretrained(source)
+    encoder = sum(parameter.numel() for parameter in T5EncoderModel(config).parameters())
+    shape = (config.d_model, config.num_heads, config.d_kv, config.d_ff, 3, config.vocab_size)
+    assert config.num_decoder_layers == 2 and encoder == t5_encoder_parameters(*shape)
+    paper = paper_config()
+    paper["execution"]["device"] = "cpu"
+    layout = Layout(str(tmp_path / "out"))
+    model_config = {"source": {"kind": "local", "path": str(source)}}
+    for model in ("t5-base-ntp", "t5-base"):
+        facts = prepare_model(model_config, layout.model(model))
+    assert (facts.num_layers, facts.decoder_layers) == (5, 2)
+    assert (
+        facts.encoder_parameters
+        == encoder
+        < facts.parameters
+        == t5_parameters(*shape, decoder_blocks=2)
+    )
+    whole = ModelSize(facts.parameters, 5, WIDTH, config.vocab_size)
+    from_config = config_size(model_config)
+    assert (from_config, from_config.decoder_layers, from_config.encoder_parameters) == (
+        whole,
+        2,
+        encoder,
+    )
+    planner = JobPlanner.from_config(paper, layout)
+    next_token = pass_needs(planner, "t5-base-ntp", "c4")
+    encoder_size = ModelSize(encoder, 3, WIDTH, config.vocab_size)
+    assert next_token == alone(paper, encoder_size, "c4", on_gpu=False)
+    assert next_token.mem_mb < alone(paper, whole, "c4", on_gpu=False).mem_mb
+    decoder_size = ModelSize(facts.parameters, 2, WIDTH, config.vocab_size)
+    assert pass_needs(planner, "t5-base", "c4-sc") == alone(paper, decoder_size, "c4-sc", False)
+
+
+def test_t5_11b_next_token_pass_plans_the_encoder_on_one_gpu_of_48_gb(tmp_path):
+    """t5-11b sized by the paper config: its next-token pass in float32 is the encoder's
+    24 blocks and 4.86e9 parameters, one 48 GB GPU where the whole model's 48 blocks and
+    1.13e10 parameters (45 GB of weights) take two; its span-corruption pass keeps the
+    whole model's parameters with the decoder's 24 blocks. Under encoder_then_decoder, or
+    from a size that does not say how the stacks divide, both passes are the whole
+    model's."""
+    config = paper_config()
+    whole = ModelSize(11307321344, 48, 1024, 32128)
+    next_token, span = ("t5-11b-ntp", "c4"), ("t5-11b", "c4-sc")
+    planner = JobPlanner.from_config(config, Layout(str(tmp_path)))
+    needs = pass_needs(planner, *next_token)
+    assert needs == alone(config, ModelSize(4864791552, 24, 1024, 32128), "c4")
+    assert (needs.gpu, alone(config, whole, "c4").gpu) == (1, 2)
+    assert pass_needs(planner, *span) == alone(
+        config, ModelSize(11307321344, 24, 1024, 32128), "c4-sc"
+    )
+    both = copy.deepcopy(config)
+    both["equilearning"]["encoder_decoder"] = "encoder_then_decoder"
+    undivided = copy.deepcopy(config)
+    for model in ("t5-11b", "t5-11b-ntp"):
+        undivided["models"][model]["size"] = copy.deepcopy(config["models"][model]["size"])
+        del undivided["models"][model]["size"]["decoder_layers"]
+        del undivided["models"][model]["size"]["encoder_parameters"]
+    for changed in (both, undivided):
+        planner = JobPlanner.from_config(changed, Layout(str(tmp_path)))
+        for model, dataset in (next_token, span):
+            assert pass_needs(planner, model, dataset) == alone(config, whole, dataset)
