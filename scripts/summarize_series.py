@@ -5,11 +5,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from layerlaws.core.atomic import write_csv
 from layerlaws.core.logs import run_logged
 from layerlaws.models.metadata import MODEL_METADATA
 from layerlaws.series.settings import SeriesSettings
-from layerlaws.series.summary import series_fits, series_summary
+from layerlaws.series.summary import series_fits, series_summary, subset_rows
 
 
 def member_paths(member: dict[str, Any], input: Any) -> dict[str, Any]:
@@ -32,12 +34,21 @@ def main() -> None:
     members = [member_paths(member, snakemake.input) for member in params.members]
     settings = SeriesSettings.from_params(params)
     summary = series_summary(members, settings.x, params.norm, settings.exclude_from_fits)
-    fits = series_fits(summary)
+    fits = series_fits(summary, settings.fit_subsets)
     write_csv(snakemake.output.summary, summary)
     write_csv(snakemake.output.fits, fits)
-    logging.getLogger("layerlaws").info(
-        "%d models, %d rows, %d fits", summary["model"].n_unique(), len(summary), len(fits)
-    )
+    log = logging.getLogger("layerlaws")
+    log.info("%d models, %d rows, %d fits", summary["model"].n_unique(), len(summary), len(fits))
+    for name, bounds in settings.fit_subsets.items():
+        rows = subset_rows(summary, bounds, name).filter(pl.col("in_fits"))
+        models = rows["model"].unique(maintain_order=True).to_list()
+        log.info(
+            "subset %s: %d models in the fits (%s), %d fits (a fit needs three models)",
+            name,
+            len(models),
+            ", ".join(models),
+            fits.filter(pl.col("subset") == name).height,
+        )
 
 
 run_logged(main, snakemake.log[0], snakemake.resources)

@@ -59,6 +59,12 @@ def expand_models(
                 f"config models.{key}.revisions: only a hub model has revisions (its source "
                 f"kind is {settings['source']['kind']!r})"
             )
+        if settings.get("training_tokens") is not None:
+            raise LayerlawsError(
+                f"config models.{key}.training_tokens: each of its revisions has seen its own "
+                f"tokens; leave it out and give each revision its x in a series "
+                f"({{model: {key}@<revision>, x: <tokens>}})"
+            )
         single = {name: value for name, value in settings.items() if name != "revisions"}
         for revision in revisions:
             models[revision_key(key, revision)] = {
@@ -111,10 +117,16 @@ def _derived_x(kind: str, key: str, model: Mapping[str, Any]) -> float | str | N
     match = STEP_REVISION.match(str(source.get("revision", "")))
     if kind == "step" and match:
         return int(match.group(1))
+    if kind == "tokens" and model.get("training_tokens") is not None:
+        return model["training_tokens"]
+    reason = (
+        "neither a training checkpoint nor a revision named step<N>"
+        if kind == "step"
+        else "not a training checkpoint and has no training_tokens"
+    )
     raise LayerlawsError(
-        f"no x for model {key!r}: x is {kind!r}, and {key!r} is neither a training "
-        f"checkpoint" + (" nor a revision named step<N>" if kind == "step" else "") + "; give "
-        f"it in the series as {{model: {key}, x: <number>}}"
+        f"no x for model {key!r}: x is {kind!r}, and {key!r} is {reason}; give it in the "
+        f"series as {{model: {key}, x: <number>}}"
     )
 
 

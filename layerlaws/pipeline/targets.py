@@ -21,9 +21,9 @@ from layerlaws.pipeline.stages import STAGES
 from layerlaws.text.corpus import prompt_datasets
 from layerlaws.training.plan import TrainingSpec, previous_segment_end, segment_ends
 
-PREPARATION_EXCLUDED = ("dtype", "quantization", "gpus", "size", "scores")
+PREPARATION_EXCLUDED = ("dtype", "quantization", "gpus", "size", "scores", "training_tokens")
 """Model settings that do not change a prepared model: the forward passes' precision and
-quantisation (applied by later stages), what only plans jobs, external scores."""
+quantisation (applied by later stages), what only plans jobs, external scores and facts."""
 
 
 def plot_options(config: Mapping[str, Any], stage: str | None = None) -> dict[str, Any]:
@@ -293,8 +293,9 @@ class Targets:
         return f"{self.layout.signatures(model, corpus)}/rcos.csv"
 
     def series_summary_members(self, series: str) -> list[dict[str, Any]]:
-        """Per member of a series: its model, x and scores, and the input names of what
-        was measured on it (None: not measured), as ``series_inputs`` names them."""
+        """Per member of a series: its model, x, scores and training tokens (None when not
+        given), and the input names of what was measured on it (None: not measured), as
+        ``series_inputs`` names them."""
         settings = self.config["series"][series]
         members = []
         for index, member in enumerate(self.expanded.series[series]):
@@ -305,6 +306,7 @@ class Targets:
                     "model": member.model,
                     "x": member.x,
                     "scores": copy.deepcopy(self.expanded.models[model].get("scores", {})),
+                    "training_tokens": self.expanded.models[model].get("training_tokens"),
                     "probe": self.expanded.models[model].get("probe", "auto"),
                     "facts": f"facts_{index}",
                     "law": {d: f"law_{index}_{j}" for j, d in enumerate(settings["datasets"])},

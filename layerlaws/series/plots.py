@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from layerlaws.core.figures import finish_figure, plt
+from layerlaws.series.settings import ALL_MEMBERS
 from layerlaws.series.summary import (
     GENERALISATION_METRIC,
     HYPERPARAMETERS,
@@ -256,11 +257,17 @@ def _finish(
     finish_figure(figure, title, path, options, tight=False)
 
 
+def all_members(fits: pl.DataFrame) -> pl.DataFrame:
+    """The fits over all members in the fits (``subset`` ``all``), the ones the figures
+    draw; the named subsets' are in ``fits.csv`` only (Aubry et al. Table 4)."""
+    return fits.filter(pl.col("subset") == ALL_MEMBERS)
+
+
 def generalisation_fits(fits: pl.DataFrame, form: str) -> pl.DataFrame:
-    """The fits of ``form`` (``linear``: Fig. 1a; ``exponential``: Fig. 8) against the
-    coupling Aubry et al. §5.4 aggregate: −m of Eq. 13 averaged over all layer pairs (−m̃
-    of Eq. 14 where m was not measured)."""
-    drawn = fits.filter((pl.col("form") == form) & (pl.col("pairs") == "all"))
+    """The fits of ``form`` (``linear``: Fig. 1a; ``exponential``: Fig. 8) over all members
+    (``all_members``) against the coupling Aubry et al. §5.4 aggregate: −m of Eq. 13
+    averaged over all layer pairs (−m̃ of Eq. 14 where m was not measured)."""
+    drawn = all_members(fits).filter((pl.col("form") == form) & (pl.col("pairs") == "all"))
     measured = set(drawn["metric"].to_list())
     metric = GENERALISATION_METRIC if GENERALISATION_METRIC in measured else PAPER_METRIC
     return drawn.filter(pl.col("metric") == metric)
@@ -286,7 +293,7 @@ def score_fits(fits: pl.DataFrame) -> pl.DataFrame:
     """The fits the fits figure draws: each score's exponential fit against coupling as
     Aubry et al. §5.4 aggregate it (Fig. 8; ``generalisation_fits``), then its lines
     against log10 parameters, depth and width (§5.4)."""
-    sizes = fits.filter(pl.col("predictor").is_in(list(HYPERPARAMETERS)))
+    sizes = all_members(fits).filter(pl.col("predictor").is_in(list(HYPERPARAMETERS)))
     return pl.concat([generalisation_fits(fits, "exponential"), sizes])
 
 

@@ -7,6 +7,9 @@ from layerlaws.core.settings import StageSettings, allowed, settings_of
 
 X_KINDS = allowed("series.*.x")
 """What a series' x can mean."""
+ALL_MEMBERS = "all"
+"""The ``subset`` of a series' fits over all its members with ``in_fits``, a name no
+``fit_subsets`` entry may take."""
 
 
 @settings_of("series.*")
@@ -16,3 +19,4 @@ class SeriesSettings(StageSettings):
 
     x: str
     exclude_from_fits: tuple[str, ...]
+    fit_subsets: dict[str, dict[str, list[float | None]]]

@@ -7,8 +7,9 @@ Columns (absent stages leave theirs out):
 - ``model``, ``x``, ``dataset`` (null when the series has no probing datasets),
   ``in_fits`` (false for a member listed in the series' ``exclude_from_fits``),
   ``probe`` (the member's probing task, ``next_token`` or ``masked_lm``),
-  ``parameters``, ``num_layers``, ``hidden_size``, and for training checkpoints ``step``
-  and ``tokens_seen``;
+  ``parameters``, ``num_layers``, ``hidden_size``, for training checkpoints ``step``
+  and ``tokens_seen``, and ``training_tokens`` (the model's ``models.<key>.training_tokens``,
+  tokens it was pretrained on; the column only when a member has one);
 - the law of the probe's own targets (the next token, offset +1; under masked-LM probing
   the masked token, offset 0, He & Su Fig. 7) under norm ``norm`` without control:
   ``rho``, ``pearson``, ``pr_first``, ``pr_last``, ``overall_decay``;
@@ -30,7 +31,9 @@ Columns (absent stages leave theirs out):
 
 The fits (``fits.csv``) take as held-out measure the loss when the members in the fits
 share one tokenizer, and bits per byte when their tokenizers differ
-(``held_out_measure``): a loss per token is not comparable across tokenizers.
+(``held_out_measure``): a loss per token is not comparable across tokenizers. Besides
+the fits over all members with ``in_fits`` (``subset`` ``all``) it holds the same fits over
+each named subset of them (``subset_rows``; Aubry et al. Table 4).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from scipy import optimize, stats
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.law import NEXT_TOKEN
 from layerlaws.forward.masking import TARGET_OFFSETS, probe_of
+from layerlaws.series.settings import ALL_MEMBERS
 
 LAW_COLUMNS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
 EVALUATION_COLUMNS = ("loss", "perplexity", "accuracy", "bits_per_byte", "bits_per_character")
@@ -186,13 +190,16 @@ def series_summary(
 ) -> pl.DataFrame:
     """The summary of a series from its members' outputs. Each member is a mapping:
     ``model``, ``x`` (None for ``parameters``: read from the facts), ``facts`` (path of
-    ``layerlaws_model.json``), ``scores``, ``law`` and ``evaluation`` ({dataset: path}),
-    and ``depth``, ``trajectories``, ``rcos`` (a path or None). Members named in
-    ``exclude_from_fits`` (see ``excluded_members``) have ``in_fits`` false."""
+    ``layerlaws_model.json``), ``scores``, ``training_tokens`` (an int, or None or absent
+    when unknown), ``law`` and ``evaluation`` ({dataset: path}), and ``depth``,
+    ``trajectories``, ``rcos`` (a path or None). Members named in ``exclude_from_fits``
+    (see ``excluded_members``) have ``in_fits`` false."""
     excluded = excluded_members([member["model"] for member in members], exclude_from_fits)
     rows = []
     for member in members:
         facts = model_columns(member["facts"])
+        if member.get("training_tokens") is not None:
+            facts["training_tokens"] = member["training_tokens"]
         scores = {f"score_{name}": float(value) for name, value in member["scores"].items()}
         x = facts["parameters"] if x_kind == "parameters" else member["x"]
         probe = probe_of(member.get("probe", "auto"), facts.pop("model_type"))
@@ -309,6 +316,7 @@ HYPERPARAMETERS = {
 """The hyper-parameters each score is fitted against (Aubry et al. §5.4: coupling
 correlates with the score more than parameter budget, depth and embedding dimension)."""
 FITS_SCHEMA = {
+    "subset": pl.String,
     "predictor": pl.String,
     "k": pl.Int64,
     "metric": pl.String,
@@ -324,7 +332,8 @@ FITS_SCHEMA = {
     "p_value": pl.Float64,
     "n": pl.Int64,
 }
-"""Columns of ``fits.csv``; a linear fit leaves ``amplitude`` and ``rate`` null, an
+"""Columns of ``fits.csv``: ``subset`` (``ALL_MEMBERS`` or a subset's name), then those
+of the fit; a linear fit leaves ``amplitude`` and ``rate`` null, an
 exponential one ``slope``, ``intercept`` and ``p_value``, a hyper-parameter's ``k``,
 ``metric`` and ``pairs``."""
 
@@ -398,8 +407,39 @@ def held_out_measure(summary: pl.DataFrame) -> str | None:
     return "bits_per_byte" if tokenizers.n_unique() > 1 else "loss"
 
 
-def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
-    """The series' fits over its members with ``in_fits`` (columns ``FITS_SCHEMA``):
+Bounds = Mapping[str, Sequence[float | None]]
+"""A subset of a series' members: {summary column: [lower, upper]}, lower < value ≤ upper,
+None unbounded."""
+
+
+def subset_rows(summary: pl.DataFrame, bounds: Bounds, name: str) -> pl.DataFrame:
+    """The rows of ``summary`` in the subset ``name`` (``series.<key>.fit_subsets``): those
+    whose value v of each bounded column has lower < v ≤ upper (the lower bound exclusive,
+    the upper inclusive, so [45, None] is v > 45; None: unbounded; a null v is outside, so
+    [None, None] is the rows that have a value). A column that is not a numeric column of
+    the summary is an error naming those it has."""
+    numeric = [column for column, dtype in summary.schema.items() if dtype.is_numeric()]
+    inside = pl.lit(True)
+    for column, (lower, upper) in bounds.items():
+        if column not in numeric:
+            raise LayerlawsError(
+                f"series fit_subsets.{name} bounds {column!r}, which is not a numeric column "
+                f"of the series summary; bound one of its numeric columns: {numeric}"
+            )
+        value = pl.col(column).cast(pl.Float64)
+        inside &= value.is_not_null()
+        if lower is not None:
+            inside &= value > lower
+        if upper is not None:
+            inside &= value <= upper
+    return summary.filter(inside)
+
+
+def series_fits(summary: pl.DataFrame, subsets: Mapping[str, Bounds] | None = None) -> pl.DataFrame:
+    """The series' fits (columns ``FITS_SCHEMA``) over its members with ``in_fits``
+    (``subset`` ``all``), then the same fits over each subset of ``subsets`` (name →
+    bounds, ``subset_rows``; ``subset`` its name; Aubry et al. Table 4), all with the
+    held-out measure of the whole series (``held_out_measure``). The fits of each:
     - generalisation against coupling (Aubry et al., Fig. 1a: m of Eq. 13 averaged over
       all layer pairs, ``GENERALISATION_METRIC``), for every metric, K and ``pairs``:
       coupling = −``miscoupling_all_k{K}[_{metric}]`` as x (predictor
@@ -413,9 +453,19 @@ def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
     - each score against ``log10_parameters``, ``num_layers`` and ``hidden_size``
       (``linear``, §5.4).
     A fit needs three models with both numbers and two distinct x."""
+    held_out = held_out_measure(summary)
+    rows = [{"subset": ALL_MEMBERS} | row for row in _fits_over(summary, held_out)]
+    for name, bounds in (subsets or {}).items():
+        members = subset_rows(summary, bounds, name)
+        rows += [{"subset": name} | row for row in _fits_over(members, held_out)]
+    return pl.DataFrame(rows, schema=FITS_SCHEMA)
+
+
+def _fits_over(summary: pl.DataFrame, held_out: str | None) -> list[dict[str, Any]]:
+    """The rows of ``series_fits`` over the members of ``summary`` with ``in_fits``, with
+    ``held_out`` as the held-out measure."""
     scores = [(c, None) for c in summary.columns if c.startswith("score_")]
     measures = list(scores)
-    held_out = held_out_measure(summary)
     if held_out is not None:
         measures += [(held_out, d) for d in summary["dataset"].unique(maintain_order=True)]
     rows = []
@@ -429,4 +479,4 @@ def series_fits(summary: pl.DataFrame) -> pl.DataFrame:
             rows += _fit_rows(summary, predictor, scores, "exponential", labels)
     for predictor in HYPERPARAMETERS:
         rows += _fit_rows(summary, predictor, scores, "linear", {})
-    return pl.DataFrame(rows, schema=FITS_SCHEMA)
+    return rows

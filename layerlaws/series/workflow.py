@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.series.settings import ALL_MEMBERS
 
 SERIES_FIGURES = ("quantities", "generalisation", "members", "fits")
 """The figures of one series (``plot_series``)."""
@@ -25,9 +26,9 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
 
 
 def check_series(config: Mapping[str, Any]) -> None:
-    """Each series names known datasets, prompts and corpora, and leaves out of its fits
-    only its own members (a key it lists, or one revision or checkpoint ``<key>@…`` of
-    it)."""
+    """Each series names known datasets, prompts and corpora, leaves out of its fits only
+    its own members (a key it lists, or one revision or checkpoint ``<key>@…`` of it), and
+    names no fit subset ``all`` (the fits over all members)."""
     corpora = {*config["datasets"], *config["signatures"]["pools"], TRAINING_CORPUS}
     for name, series in config["series"].items():
         listed = {entry if isinstance(entry, str) else entry["model"] for entry in series["models"]}
@@ -37,6 +38,11 @@ def check_series(config: Mapping[str, Any]) -> None:
                     f"config series.{name}.exclude_from_fits names {excluded!r}, which is not "
                     f"a member of the series; its models: {sorted(listed)}"
                 )
+        if ALL_MEMBERS in series["fit_subsets"]:
+            raise LayerlawsError(
+                f"config series.{name}.fit_subsets names a subset {ALL_MEMBERS!r}, the name of "
+                f"the fits over all members in fits.csv; give it another name"
+            )
         for field, known in (
             ("datasets", config["datasets"]),
             ("prompts", config["coupling"]["prompts"]),

@@ -125,6 +125,7 @@ def test_fig_8_fits_the_scores_against_m_averaged_over_pairs_and_prompts(tmp_pat
 def test_without_m_the_figures_take_m_tilde():
     fits = pl.DataFrame(
         {
+            "subset": ["all", "all", "all"],
             "predictor": ["coupling_k2", "coupling_k2", "coupling_offdiagonal_k2"],
             "metric": ["paper", "paper", "paper"],
             "pairs": ["all", "all", "offdiagonal"],

@@ -268,11 +268,15 @@ def test_leaving_a_model_out_of_the_fits_reruns_only_the_summaries(
     series_run, series_config, tmp_path
 ):
     """``exclude_from_fits`` keeps the model measured in the summary (``in_fits`` false)
-    and out of every fit: with two models left, the family has nothing to fit."""
+    and out of every fit: with two models left, the family has nothing to fit, nor has its
+    subset of them. A subset (``fit_subsets``) and a model's ``training_tokens`` are
+    summary settings too."""
     workdir = tmp_path / "copy"
     shutil.copytree(series_run, workdir, symlinks=True)
     config = copy.deepcopy(series_config)
     config["series"]["family"]["exclude_from_fits"] = ["tiny-random"]
+    config["series"]["family"]["fit_subsets"] = {"scored": {"score_board": [15, None]}}
+    config["models"]["tiny-llama"]["training_tokens"] = 1000
     write_config(workdir, config)
     assert scheduled_jobs(workdir) == {"summarize_series": 1, "plot_series": 1, "all": 1}
     run_ok(workdir)
@@ -280,9 +284,10 @@ def test_leaving_a_model_out_of_the_fits_reruns_only_the_summaries(
     summary = pl.read_csv(results / "summary.csv")
     assert summary["in_fits"].to_list() == [False, True, True]
     assert summary["score_board"].to_list() == [10.0, 20.0, 30.0]
+    assert summary["training_tokens"].to_list() == [None, None, 1000]
     assert pl.read_csv(results / "fits.csv").is_empty()
     before = pl.read_csv(series_run / "results/series/family/summary.csv")
-    assert summary.drop("in_fits").equals(before.drop("in_fits"))
+    assert summary.drop("in_fits", "training_tokens").equals(before.drop("in_fits"))
 
 
 def test_linear_fit_equals_scipy_linregress():
