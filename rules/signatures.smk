@@ -137,6 +137,53 @@ rule plot_signatures:
         "../scripts/plot_signatures.py"
 
 
+# A chosen group of tokens (signatures.token_groups) in one signature run: cos(W_E) and
+# cos(φ_next) over the group and each token's most frequent next tokens (Yao & Xu Fig. 12).
+rule compare_token_group:
+    input:
+        bigrams=tokenizer_counts("bigrams"),
+        model=LAYOUT.model(),
+        # The tokenizer whose ids the counts are in (a checkpoint's: its training's).
+        tokenizer=lambda wildcards: LAYOUT.model(
+            EXPANDED.tokenizer_owner(wildcards.model)
+        ),
+    output:
+        cosines=f"{LAYOUT.signatures()}/token_groups/{{group}}/cosines.csv",
+        next_tokens=f"{LAYOUT.signatures()}/token_groups/{{group}}/next_tokens.csv",
+    log:
+        LAYOUT.log("compare_token_group", "{model}", "{dataset}", "{group}"),
+    wildcard_constraints:
+        group=KEY_PATTERN,
+    params:
+        tokens=lambda wildcards: config["signatures"]["token_groups"][wildcards.group][
+            "tokens"
+        ],
+        where="signatures.token_groups.{group}.tokens",
+    script:
+        "../scripts/compare_token_group.py"
+
+
+rule plot_token_group:
+    input:
+        cosines=f"{LAYOUT.signatures()}/token_groups/{{group}}/cosines.csv",
+    output:
+        heatmaps=report(
+            f"{LAYOUT.signatures()}/token_groups/{{group}}/heatmaps.{PLOT_FORMAT}",
+            caption="../report/signatures_token_group.rst",
+            category="Probability signatures",
+            subcategory="{model} on {dataset}",
+        ),
+    log:
+        LAYOUT.log("plot_token_group", "{model}", "{dataset}", "{group}"),
+    wildcard_constraints:
+        group=KEY_PATTERN,
+    params:
+        plots=plot_options(config, "signatures"),
+        title="{model} on {dataset}: token group {group}",
+    script:
+        "../scripts/plot_token_group.py"
+
+
 rule compare_corpora:
     input:
         rcos=corpus_files("rcos.csv"),

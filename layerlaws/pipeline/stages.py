@@ -40,7 +40,7 @@ STAGES = (
     Stage(
         signatures.outputs,
         config_checks=(signatures.check_own_corpus,),
-        expanded_checks=(signatures.check_signatures,),
+        expanded_checks=(signatures.check_signatures, signatures.check_token_groups),
     ),
     Stage(coupling.outputs, expanded_checks=(coupling.check_coupling,)),
     Stage(series.outputs, config_checks=(series.check_series,)),

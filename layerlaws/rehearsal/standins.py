@@ -3,13 +3,14 @@ that the pipeline's own hub code reads offline (``HF_HUB_OFFLINE``, ``HF_DATASET
 
 A hub model id becomes a tiny random model of its family (``HUB_FAMILIES``: a causal LM,
 a masked LM for BERT and RoBERTa, an encoder–decoder for T5) with a word-level tokenizer
-of the family's kind, saved as the repository's snapshot at every revision the config
-names (each revision its own seed, so a series over revisions is not flat), under its
-``subfolder``. A hub dataset becomes a few rows of real English (the offline Wikipedia
-summaries) in every split the config reads, with the config's text field and ``where``
-fields, prepared in the datasets cache as ``datasets.load_dataset`` finds a dataset it
-has loaded before. Rows are long enough for the trainings that read them, after the
-rehearsal's division of the counts (``layerlaws.rehearsal.counts``).
+of the family's kind (each token of ``signatures.token_groups`` a token of its own),
+saved as the repository's snapshot at every revision the config names (each revision its
+own seed, so a series over revisions is not flat), under its ``subfolder``. A hub dataset
+becomes a few rows of real English (the offline Wikipedia summaries) in every split the
+config reads, with the config's text field and ``where`` fields, prepared in the datasets
+cache as ``datasets.load_dataset`` finds a dataset it has loaded before. Rows are long
+enough for the trainings that read them, after the rehearsal's division of the counts
+(``layerlaws.rehearsal.counts``).
 """
 
 from __future__ import annotations
@@ -125,9 +126,12 @@ TOKENIZER_KINDS = {
 causal ones that add BOS or nothing."""
 
 
-def tokenizer_of(family: str, texts: Sequence[str]) -> PreTrainedTokenizerFast:
+def tokenizer_of(
+    family: str, texts: Sequence[str], extra_tokens: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
     """A word-level tokenizer trained on ``texts`` with the special tokens of ``family``'s
-    kind (``TOKENIZER_KINDS``)."""
+    kind (``TOKENIZER_KINDS``), and the strings ``extra_tokens`` as tokens of their own (matched
+    before the words are split: a config's ``signatures.token_groups``, such as /a)."""
     name = family if family in TOKENIZER_KINDS else "bos" if family in BOS_FAMILIES else "plain"
     kind = TOKENIZER_KINDS[name]
     core = Tokenizer(models.WordLevel(unk_token=kind.named["unk_token"]))
@@ -142,13 +146,22 @@ def tokenizer_of(family: str, texts: Sequence[str]) -> PreTrainedTokenizerFast:
             single=kind.template,
             special_tokens=[(token, core.token_to_id(token)) for token in added],
         )
-    return PreTrainedTokenizerFast(tokenizer_object=core, **kind.named)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **kind.named)
+    tokenizer.add_tokens(list(extra_tokens))
+    return tokenizer
 
 
-def save_standin(folder: Path, family: str, texts: Sequence[str], seed: int) -> None:
+def save_standin(
+    folder: Path,
+    family: str,
+    texts: Sequence[str],
+    seed: int,
+    extra_tokens: Sequence[str] = (),
+) -> None:
     """A tiny random ``family`` model (``LAYERS`` blocks of width ``WIDTH``, weights drawn
-    with ``seed``) and its tokenizer, saved to ``folder`` as ``save_pretrained`` does."""
-    tokenizer = tokenizer_of(family, texts)
+    with ``seed``) and its tokenizer (``tokenizer_of``), saved to ``folder`` as
+    ``save_pretrained`` does."""
+    tokenizer = tokenizer_of(family, texts, extra_tokens)
     sizes: dict[str, Any] = {"hidden_size": WIDTH, "num_hidden_layers": LAYERS}
     if family == "t5":
         sizes |= {"num_decoder_layers": LAYERS, "d_model": WIDTH}
@@ -197,15 +210,19 @@ def hub_models(config: Mapping[str, Any]) -> list[HubModel]:
     ]
 
 
-def write_hub_model(cache: Path, model: HubModel, texts: Sequence[str]) -> None:
+def write_hub_model(
+    cache: Path, model: HubModel, texts: Sequence[str], extra_tokens: Sequence[str] = ()
+) -> None:
     """The stand-in of ``model`` in the hub cache ``cache``: a snapshot per revision (a
-    ref naming its commit), the model in each subfolder."""
+    ref naming its commit), the model in each subfolder (``extra_tokens``: ``tokenizer_of``)."""
     family = hub_family(model.model_id)
     repository = cache / f"models--{model.model_id.replace('/', '--')}"
     for number, revision in enumerate(model.revisions):
         commit = commit_of(model.model_id, revision)
         for subfolder in model.subfolders:
-            save_standin(repository / "snapshots" / commit / subfolder, family, texts, number)
+            save_standin(
+                repository / "snapshots" / commit / subfolder, family, texts, number, extra_tokens
+            )
         (repository / "refs").mkdir(parents=True, exist_ok=True)
         (repository / "refs" / revision).write_text(commit)
 
@@ -380,8 +397,12 @@ def write_standins(config: Mapping[str, Any], home: Path) -> tuple[int, int]:
     transformers.utils.logging.disable_progress_bar()
     texts = standin_texts()
     models_found, datasets_found = hub_models(config), hub_datasets(config)
+    # Every stand-in spells each token of the token groups as one token, as the models the
+    # groups were written for do (Qwen2.5's /a), so that their jobs run.
+    groups = config["signatures"]["token_groups"].values()
+    extra_tokens = sorted({token for group in groups for token in group["tokens"]})
     for model in models_found:
-        write_hub_model(home / "hub", model, texts[:400])
+        write_hub_model(home / "hub", model, texts[:400], extra_tokens)
     for dataset in datasets_found:
         write_hub_dataset(home / "datasets", dataset, texts)
     return len(models_found), len(datasets_found)

@@ -53,16 +53,18 @@ def _row_normalised(
 ) -> sparse.csr_matrix:
     matrix = sparse.csr_matrix((counts.astype(np.float64), (rows, columns)), shape=shape)
     totals = np.asarray(matrix.sum(axis=1)).ravel()
-    return sparse.diags(1.0 / totals) @ matrix
+    return sparse.diags(1.0 / np.where(totals > 0, totals, 1.0)) @ matrix
 
 
 def signature_rows(
     bigrams: pl.DataFrame, tokens: np.ndarray, vocab_size: int
 ) -> dict[str, sparse.csr_matrix]:
     """φ_next, φ_pre and φ̃ for ``tokens``: CSR matrices (len(tokens), vocab_size), rows of
-    φ_next and φ_pre summing to 1."""
+    φ_next and φ_pre summing to 1 (all zero for a token without a next, or previous, token
+    in ``bigrams``)."""
+    largest = [int(bigrams[column].max() or 0) for column in ("token", "next_token")]
     slot = np.full(
-        max(vocab_size, int(bigrams["token"].max()) + 1, int(bigrams["next_token"].max()) + 1),
+        max(vocab_size, *(value + 1 for value in largest)),
         -1,
         dtype=np.int64,
     )

@@ -7,7 +7,7 @@ figure, and this stage's own ``heatmap_tokens`` (``plots.signatures``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,29 @@ HEATMAPS = (
 )
 
 
+def _heatmap(
+    figure: Any,
+    axis: Any,
+    matrix: np.ndarray,
+    labels: Sequence[str],
+    caption: str,
+    fontsize: float = 5,
+) -> None:
+    """One cosine-similarity heatmap in [−1, 1], token labels on both axes (up to 50, in
+    ``fontsize`` points), NaN entries grey (a token without that vector)."""
+    colours = plt.get_cmap("RdBu_r").with_extremes(bad="0.8")
+    image = axis.imshow(matrix, cmap=colours, vmin=-1, vmax=1, interpolation="nearest")
+    axis.set_title(caption, fontsize=9)
+    if 0 < len(labels) <= 50:
+        ticks = np.arange(len(labels))
+        axis.set_xticks(ticks, labels, rotation=90, fontsize=fontsize)
+        axis.set_yticks(ticks, labels, fontsize=fontsize)
+    else:
+        axis.set_xticks([])
+        axis.set_yticks([])
+    figure.colorbar(image, ax=axis, shrink=0.7)
+
+
 def _heatmap_grid(
     views: Mapping[str, np.ndarray],
     prefix: str,
@@ -35,17 +58,7 @@ def _heatmap_grid(
     figure, axes = plt.subplots(2, 3, figsize=(options["width"], options["width"] * 2 / 3))
     axes[1][2].axis("off")
     for axis, (name, caption) in zip(axes.ravel(), HEATMAPS, strict=False):
-        matrix = views[f"{prefix}_{name}"]
-        image = axis.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-        axis.set_title(caption, fontsize=9)
-        if 0 < len(labels) <= 50:
-            ticks = np.arange(len(labels))
-            axis.set_xticks(ticks, labels, rotation=90, fontsize=5)
-            axis.set_yticks(ticks, labels, fontsize=5)
-        else:
-            axis.set_xticks([])
-            axis.set_yticks([])
-        figure.colorbar(image, ax=axis, shrink=0.7)
+        _heatmap(figure, axis, views[f"{prefix}_{name}"], labels, caption)
     finish_figure(figure, title, path, options, tight=False)
 
 
@@ -89,6 +102,31 @@ def plot_digits(
         path,
         options,
     )
+
+
+GROUP_HEATMAPS = ("W_E", "next")
+"""The similarity matrices drawn for a chosen token group (Yao & Xu Fig. 12)."""
+
+
+def plot_token_group(
+    cosines: pl.DataFrame,
+    *,
+    path: str | os.PathLike[str],
+    title: str,
+    options: Mapping[str, Any],
+) -> None:
+    """cos(W_E) beside cos(φ_next) over a chosen group of tokens (Yao & Xu Fig. 12, first
+    row), the tokens in the group's order; a token without a next token in the corpus
+    has a grey (NaN) row and column in cos(φ_next). ``cosines``: the long-form table of
+    ``token_groups.group_cosines``."""
+    figure, axes = plt.subplots(1, 2, figsize=(options["width"], options["width"] * 0.45))
+    captions = dict(HEATMAPS)
+    for axis, name in zip(axes, GROUP_HEATMAPS, strict=True):
+        block = cosines.filter(pl.col("matrix") == name)
+        labels = block["row_text"].unique(maintain_order=True).to_list()
+        matrix = block["cosine"].to_numpy().reshape(len(labels), len(labels))
+        _heatmap(figure, axis, matrix, labels, captions[name], fontsize=8)
+    finish_figure(figure, title, path, options, tight=False)
 
 
 def plot_deciles(

@@ -20,11 +20,28 @@ OWN_CORPUS_FIGURES = (
 """Figures of a ``signatures.own_corpus`` group (Yao & Xu Fig. 5B, 5C, 5E, 11)."""
 OWN_CORPUS_TABLES = ("rcos_by_dataset", "pooled_deciles", "pooled_percentile_bins")
 """Tables of a ``signatures.own_corpus`` group (the figures' data)."""
+TOKEN_GROUP_TABLES = ("cosines", "next_tokens")
+"""Tables of a ``signatures.token_groups`` group in one signature run (Yao & Xu Fig. 12);
+its figure is ``heatmaps``."""
+
+
+def group_runs(expanded: Any) -> list[tuple[str, str, str]]:
+    """(model, corpus, group) of every ``signatures.token_groups`` group in every signature
+    run of its models: a run's model matches a key of the group's ``models`` by its own key
+    or by the key before its ``@`` (the training of a checkpoint, the model of a
+    revision); ``models`` null matches every run."""
+    return [
+        (model, corpus, group)
+        for model, corpus in expanded.signature_runs
+        for group, settings in expanded.config["signatures"]["token_groups"].items()
+        if settings["models"] is None or {model, model.partition("@")[0]} & set(settings["models"])
+    ]
 
 
 def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
     """Per signature run its R_cos and percentile tables and figures, per model its
-    comparison across its corpora, per ``own_corpus`` group its tables and figures."""
+    comparison across its corpora, per ``own_corpus`` group its tables and figures, per
+    token group in each of its runs its tables and heatmaps."""
     paths = []
     for model, corpus in expanded.signature_runs:
         folder = layout.signatures(model, corpus)
@@ -41,6 +58,10 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
         folder = layout.own_corpus(name)
         paths += [f"{folder}/{table}.csv" for table in OWN_CORPUS_TABLES]
         paths += [f"{folder}/{figure}.{plot_format}" for figure in OWN_CORPUS_FIGURES]
+    for model, corpus, group in group_runs(expanded):
+        folder = f"{layout.signatures(model, corpus)}/token_groups/{group}"
+        paths += [f"{folder}/{table}.csv" for table in TOKEN_GROUP_TABLES]
+        paths.append(f"{folder}/heatmaps.{plot_format}")
     return paths
 
 
@@ -84,3 +105,19 @@ def check_signatures(expanded: Any) -> None:
                 f"config signatures.runs[{index}].dataset is {corpus!r}, which is "
                 f"neither a dataset nor a pool; known: {corpora}"
             )
+
+
+def check_token_groups(expanded: Any) -> None:
+    """Each key of a ``signatures.token_groups`` group's ``models`` is a model or training
+    key with a signature run."""
+    run_models = {
+        key for model, _ in expanded.signature_runs for key in (model, model.partition("@")[0])
+    }
+    for group, settings in expanded.config["signatures"]["token_groups"].items():
+        for model in settings["models"] or ():
+            if model not in run_models:
+                raise LayerlawsError(
+                    f"config signatures.token_groups.{group}.models names {model!r}, which has "
+                    f"no signature run; add one (signatures.runs or own_corpus) or remove it; "
+                    f"models with signature runs: {sorted(run_models)}"
+                )

@@ -28,9 +28,11 @@ from layerlaws.rehearsal.standins import (
     hub_datasets,
     hub_family,
     hub_models,
+    tokenizer_of,
     write_hub_dataset,
     write_hub_model,
 )
+from layerlaws.signatures.token_groups import group_token_ids
 from layerlaws.text.sources import hub_sample
 
 ROOT = Path(__file__).parents[2]
@@ -216,6 +218,22 @@ def test_stand_ins_are_read_by_the_pipeline_hub_code_offline(hub_home, tmp_path)
     validation = hub_sample(CONFIG["datasets"]["pile"]["source"], 100, 0)
     assert len(validation) == 8  # at least 8 rows per split
     assert all(text.startswith("the ") for text, _ in cc + validation)
+
+
+def test_stand_in_tokenizers_spell_the_token_groups_as_one_token_each():
+    """The paper config's DM Mathematics group (/a … /e, one Qwen2.5 token each) is one
+    token each of the stand-ins' word-level tokenizers, which split it without them."""
+    (group,) = paper(1000)["signatures"]["token_groups"].values()
+    texts = [f"the {number} word sentence of the test number {number} ." for number in range(50)]
+    where = "signatures.token_groups.dm-fractions.tokens"
+    with pytest.raises(
+        LayerlawsError, match="'/a' is not one token of this model's tokenizer but 2"
+    ):
+        group_token_ids(group["tokens"], tokenizer_of("qwen2", texts), where)
+    tokenizer = tokenizer_of("qwen2", texts, group["tokens"])
+    ids = group_token_ids(group["tokens"], tokenizer, where)
+    assert [tokenizer.decode([token]) for token in ids] == group["tokens"]
+    assert len(set(ids.tolist())) == 5 and min(ids) >= len(tokenizer_of("qwen2", texts))
 
 
 def test_job_uses_read_the_last_line_of_real_jobs_logs(tmp_path):

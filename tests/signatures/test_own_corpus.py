@@ -25,10 +25,16 @@ from snakemake_runs import run_ok, write_config
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.pipeline.expansion import ExpandedConfig
+from layerlaws.signatures.token_groups import COSINE_SCHEMA
 from layerlaws.signatures.workflow import OWN_CORPUS_FIGURES
 from layerlaws.training.plan import pack_sequences
 from layerlaws.training.train import tokenize_texts
 from tests.signatures.test_signatures import DECILE_COLUMNS
+from tests.signatures.test_token_groups import (
+    assert_next_tokens,
+    expected_next_tokens,
+    row_cosines,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -51,9 +57,20 @@ TRAINING = {
 """A one-block Qwen2 with Yao & Xu's initialisation, trained 6 steps (saved at 0 and 6)."""
 
 
+def absent_word(tokenizer, texts):
+    """The first word of the vocabulary (alphabetically) that no text of the first half
+    holds."""
+    present = {token for text in texts[:40] for token in tokenizer.tokenize(text)}
+    return next(
+        word for word in sorted(tokenizer.get_vocab()) if word.isalpha() and word not in present
+    )
+
+
 @pytest.fixture(scope="module")
-def own_config(llama_folder, texts, tmp_path_factory):
-    """Two corpora (halves of the texts), a model trained on each, compared as a group."""
+def own_config(llama_folder, texts, tokenizer, tmp_path_factory):
+    """Two corpora (halves of the texts), a model trained on each, compared as a group;
+    a token group (Yao & Xu Fig. 12) in the first model's run, one of its words absent
+    from the first half."""
     folder = tmp_path_factory.mktemp("halves")
     sources = {}
     for name, half in (("first", texts[:40]), ("second", texts[40:])):
@@ -73,7 +90,16 @@ def own_config(llama_folder, texts, tmp_path_factory):
             },
             "on-second": {**TRAINING, "dataset": "second", "seed": 1, "token_budget": 20 * 16},
         },
-        "signatures": {"own_corpus": {"halves": ["on-first", "on-second"]}, "top_tokens": 1000},
+        "signatures": {
+            "own_corpus": {"halves": ["on-first", "on-second"]},
+            "top_tokens": 1000,
+            "token_groups": {
+                "chosen": {
+                    "tokens": ["the", "of", "is", "and", absent_word(tokenizer, texts)],
+                    "models": ["on-first"],
+                }
+            },
+        },
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
     }
 
@@ -270,6 +296,38 @@ def test_pooled_deciles_rank_within_each_corpus_and_pool_the_pairs(own_run, toke
     assert np.all(distance <= 0.02 * histograms.sum(axis=1)), distance / histograms.sum(axis=1)
 
 
+def test_a_token_group_compares_its_tokens_in_its_models_runs(own_run, own_config, tokenizer):
+    """Yao & Xu Fig. 12: cos(W_E) and cos(φ_next) of the group's tokens in on-first's run
+    on its own corpus, against NumPy from its weights and the sequences it read (the
+    absent word's φ_next row and column NaN); its most frequent next tokens; no group in
+    on-second's run, which the group does not name."""
+    words = own_config["signatures"]["token_groups"]["chosen"]["tokens"]
+    tokens = np.array([tokenizer.get_vocab()[word] for word in words])
+    w_e, _ = embeddings(own_run, "on-first")
+    _, counts = trained_counts(own_run, "first", len(w_e), separator(tokenizer))
+    assert counts[tokens[-1]].sum() == 0 and (counts[tokens[:-1]].sum(axis=1) > 0).all()
+    with np.errstate(invalid="ignore"):
+        phi_next = counts[tokens] / counts[tokens].sum(axis=1, keepdims=True)
+    folder = own_run / "results/signatures/on-first@step6/first/token_groups/chosen"
+    cosines = pl.read_csv(folder / "cosines.csv", schema=COSINE_SCHEMA)
+    n = len(words)
+    for matrix, rows in (("W_E", w_e[tokens]), ("next", phi_next)):
+        block = cosines.filter(pl.col("matrix") == matrix)
+        assert block["row_text"].to_list() == [word for word in words for _ in words]
+        np.testing.assert_allclose(
+            block["cosine"].to_numpy().reshape(n, n), row_cosines(rows), atol=1e-12
+        )
+    listed = pl.read_csv(
+        folder / "next_tokens.csv", schema_overrides={"text": pl.String, "next_text": pl.String}
+    )
+    expected = expected_next_tokens(
+        counts, tokens, words, lambda token: tokenizer.decode([token]), 5
+    )
+    assert_next_tokens(listed, expected)
+    assert (folder / "heatmaps.svg").stat().st_size > 1000
+    assert not (own_run / "results/signatures/on-second@step6/second/token_groups").exists()
+
+
 @pytest.fixture
 def validated(own_config):
     config = copy.deepcopy(own_config)
@@ -287,6 +345,13 @@ def validated(own_config):
         (
             lambda config: config["training"]["on-first"].update(checkpoints=[0, 3]),
             "training.on-first.checkpoints does not save step 6",
+        ),
+        (
+            lambda config: config["signatures"]["token_groups"]["chosen"].update(
+                models=["on-first", "tiny-llama"]
+            ),
+            "config signatures.token_groups.chosen.models names 'tiny-llama', which has no "
+            "signature run",
         ),
     ],
 )
