@@ -42,7 +42,7 @@ from layerlaws.pipeline.execution import Execution
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.text.corpus import prompt_count
-from layerlaws.training.costs import training_needs
+from layerlaws.training.costs import gpu_fit_problem, training_needs
 from layerlaws.training.epochs import planned_tokens
 from layerlaws.training.plan import TrainingSpec, parameter_count
 
@@ -265,12 +265,37 @@ class JobPlanner:
         bound: it trains up to its checkpoint only) over the tokens it reads
         (``training_tokens``); the vocabulary is the tokenizer model's (a guess of 50,000
         until it is prepared)."""
-        spec = TrainingSpec.of(self.config["training"][wildcards.training])
         owner = self.config["training"][wildcards.training]["tokenizer"]
         size = self._known_size(owner, input.tokenizer)
         vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
         tokens = self.training_tokens(wildcards.training)
+        return self.training_needs(wildcards.training, vocab_size, tokens)
+
+    def training_needs(self, training: str, vocab_size: int, tokens: int) -> Needs:
+        """Needs of a job of ``training`` over a vocabulary of ``vocab_size`` that reads
+        ``tokens`` (``training_needs``); a LayerlawsError when its pass does not fit one GPU
+        (``gpu_fit_problem``)."""
+        spec = TrainingSpec.of(self.config["training"][training])
+        problem = self._fit_problem(spec, vocab_size, training)
+        if problem:
+            raise LayerlawsError(problem)
         return training_needs(spec, vocab_size, self._on_gpu(), tokens)
+
+    def _fit_problem(self, spec: TrainingSpec, vocab_size: int, training: str) -> str:
+        if not self._on_gpu():
+            return ""
+        return gpu_fit_problem(spec, vocab_size, self.execution.gpu_memory_gb, training)
+
+    def training_fit_problem(self, training: str) -> str:
+        """Why ``training``'s pass does not fit one GPU (``gpu_fit_problem``), where its
+        tokenizer model's vocabulary is known without reading the model (its prepared
+        facts or ``models.<key>.size``); "" when it fits, runs on the CPU, or is not known
+        yet (its jobs check it when they are planned)."""
+        settings = self.config["training"][training]
+        recorded = self._recorded_size(settings["tokenizer"])
+        if recorded is None:
+            return ""
+        return self._fit_problem(TrainingSpec.of(settings), recorded[0].vocab_size, training)
 
     def packed_corpus(self, training: str) -> dict[str, Any] | None:
         """The facts of a training's packed corpus (its corpus.json), once it is packed."""
@@ -406,7 +431,6 @@ class JobPlanner:
                 }
             )
         for training, settings in self.config["training"].items():
-            spec = TrainingSpec.of(settings)
             size = self._trained_size(training)
             tokens = self.training_tokens(training)
             rows.append(
@@ -419,7 +443,7 @@ class JobPlanner:
                     "tokens": tokens,
                     "tokens_known": "",
                     "cache_bytes_float32": 0,
-                    **asdict(training_needs(spec, size.vocab_size, self._on_gpu(), tokens)),
+                    **asdict(self.training_needs(training, size.vocab_size, tokens)),
                 }
             )
         return rows

@@ -10,6 +10,8 @@ before the first job runs (torch-free, so every dry run makes these checks in li
 - ``equilearning.token_views.layers`` are layers of every equi-learning run's model whose
   depth is known before it is prepared (``JobPlanner.known_shape``), and every K of
   ``coupling.ks`` is at most the hidden size of every coupling run's model.
+- A training's forward and backward pass (``training.<key>.micro_batch_size``) fits one
+  GPU (``execution.gpu_memory_gb``) where its vocabulary is known.
 - ``execution.device: cuda`` has a GPU when the jobs run on this machine
   (``device_problems``, checked once Snakemake has chosen where the jobs run).
 
@@ -234,6 +236,16 @@ def coupling_k_problems(planner: JobPlanner) -> list[str]:
     return list(found.values())
 
 
+def training_fit_problems(planner: JobPlanner) -> list[str]:
+    """Every training whose pass is planned at more than one GPU holds, where its
+    vocabulary is known now (``JobPlanner.training_fit_problem``), a line each."""
+    return [
+        problem
+        for training in planner.config["training"]
+        if (problem := planner.training_fit_problem(training))
+    ]
+
+
 def local_gpu_visible(environ: Mapping[str, str] | None = None, root: str | Path = "/") -> bool:
     """Whether this machine shows a GPU to the jobs, without importing torch: a
     ``GPU_DEVICE_FILES`` entry exists under ``root``, and CUDA_VISIBLE_DEVICES (when set)
@@ -275,7 +287,7 @@ def preflight_problems(planner: JobPlanner) -> list[str]:
     """Every problem of the planner's expanded config that the files and packages of this
     machine show, a line each: dataset exclusions, the sources of the models and datasets
     the workflow reads, token-view layers beyond a model's depth, a K of coupling.ks beyond
-    a model's hidden size. (The device is checked
+    a model's hidden size, a training whose pass does not fit one GPU. (The device is checked
     once the jobs' executor is known: ``device_problems``.)"""
     expanded = planner.expanded
     return [
@@ -284,4 +296,5 @@ def preflight_problems(planner: JobPlanner) -> list[str]:
         *dataset_problems(expanded),
         *token_view_problems(planner),
         *coupling_k_problems(planner),
+        *training_fit_problems(planner),
     ]

@@ -4,7 +4,8 @@
 What is divided is what makes a job long without changing what it runs: the texts
 sampled from each dataset, the coupling prompts (and those whose Jacobians are measured),
 a training's optimizer steps (by the factor squared for a whole-source training), warm-up,
-sequences per step and held-out sequences, and the addition tasks' samples and epochs.
+sequences per step (and per pass) and held-out sequences, and the addition tasks' samples
+and epochs.
 Each count becomes ⌈count / factor⌉, never below 1 (and never above what another count
 bounds: the warm-up below the steps, the snapshot epoch within the epochs, a training's
 steps a multiple of its epochs, the Jacobian prompts the same number from each dataset of
@@ -24,7 +25,7 @@ from layerlaws.coupling.subset import largest_valid_count
 from layerlaws.pipeline.expansion import checkpoint_key
 from layerlaws.training.plan import checkpoint_steps
 
-TRAINING_COUNTS = ("steps", "batch_size", "held_out_sequences", "eval_every")
+TRAINING_COUNTS = ("steps", "batch_size", "micro_batch_size", "held_out_sequences", "eval_every")
 """A training's counts divided (``warmup_steps`` follows the steps)."""
 PROMPT_COUNTS = ("n_from_dataset", "jacobian_prompts")
 """A coupling prompt set's counts divided (null stays null: every prompt)."""

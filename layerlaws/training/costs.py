@@ -5,13 +5,15 @@ vocabulary alone: GPU and host memory, disk for its checkpoints, runtime
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from layerlaws.forward.costs import FLOPS_PER_SECOND, HOST_BASE_MB, MIB, Needs
+from layerlaws.forward.costs import FLOPS_PER_SECOND, GPU_USABLE, HOST_BASE_MB, MIB, Needs
 from layerlaws.training.plan import TrainingSpec, parameter_count
 
 
 def activation_bytes(spec: TrainingSpec, on_gpu: bool) -> int:
-    """The activations one batch keeps for the backward pass, float32: per token and block,
+    """The activations one pass (``micro_batch_size`` sequences) keeps for the backward
+    pass, float32: per token and block,
     the residual stream and its norms (4·d), the queries, keys, values and attention output
     (4 · heads · head_dim), the MLP's gate, up and activated values (3 · d_ff) and, on the
     CPU, the attention probabilities (heads · context: scaled dot-product attention's CPU
@@ -22,29 +24,57 @@ def activation_bytes(spec: TrainingSpec, on_gpu: bool) -> int:
     per_token = 4 * spec.hidden_size + 4 * attention + 3 * spec.intermediate_size
     if not on_gpu:
         per_token += spec.num_heads * spec.context
-    return spec.batch_size * spec.context * spec.num_layers * per_token * 4
+    return spec.micro_batch_size * spec.context * spec.num_layers * per_token * 4
+
+
+def device_bytes(spec: TrainingSpec, vocab_size: int, on_gpu: bool) -> int:
+    """The memory a training holds on its device, float32 with AdamW: the weights, their
+    gradients and two moments (16 bytes a parameter), and one pass's logits (three copies:
+    the logits, their softmax and its gradient) and activations (``activation_bytes``),
+    the pass of ``micro_batch_size`` sequences over a vocabulary of ``vocab_size``."""
+    logits = 3 * spec.micro_batch_size * spec.context * vocab_size * 4
+    return 16 * parameter_count(spec, vocab_size) + logits + activation_bytes(spec, on_gpu)
+
+
+def gpu_fit_problem(spec: TrainingSpec, vocab_size: int, gpu_memory_gb: float, key: str) -> str:
+    """Why training ``key`` does not fit one GPU of ``gpu_memory_gb`` (its GPU_USABLE share,
+    as every job is planned), saying the ``micro_batch_size`` that does; "" when it fits."""
+    usable = gpu_memory_gb * 2**30 * GPU_USABLE
+    planned = device_bytes(spec, vocab_size, on_gpu=True)
+    if planned <= usable:
+        return ""
+    sizes = range(spec.micro_batch_size - 1, 0, -1)
+    smaller = (replace(spec, micro_batch_size=size) for size in sizes)
+    fitting = next((s for s in smaller if device_bytes(s, vocab_size, True) <= usable), None)
+    fix = "lower its context, or give it a smaller model or vocabulary"
+    if fitting is not None:
+        fix = (
+            f"set training.{key}.micro_batch_size: {fitting.micro_batch_size} (planned "
+            f"{device_bytes(fitting, vocab_size, True) / 2**30:.1f} GiB)"
+        )
+    return (
+        f"config training.{key}: a pass of {spec.micro_batch_size} sequences of "
+        f"{spec.context} tokens (micro_batch_size) is planned at {planned / 2**30:.1f} GiB of "
+        f"GPU memory, more than the {usable / 2**30:.1f} GiB one GPU gives a job "
+        f"(execution.gpu_memory_gb: {gpu_memory_gb:g}, {GPU_USABLE:.0%} of it); {fix}"
+    )
 
 
 def training_needs(
     spec: TrainingSpec, vocab_size: int, on_gpu: bool, tokens: int | None = None
 ) -> Needs:
-    """Needs of the training ``spec`` from scratch, over a vocabulary of ``vocab_size``, in
-    float32 with AdamW (weights, gradients, two moments): a pass's logits (three copies:
-    the logits, their softmax and its gradient) and its blocks' activations
-    (``activation_bytes``; a pass holds ``batch_size`` sequences at most), its checkpoints
-    saved (and one optimizer state), and the time of ``tokens`` training tokens (6 FLOPs
-    per parameter and token; ``training.epochs.planned_tokens``; by default steps ×
-    batch_size × context)."""
+    """Needs of the training ``spec`` from scratch, over a vocabulary of ``vocab_size``: its
+    device memory (``device_bytes``), its checkpoints saved (and one optimizer state), and
+    the time of ``tokens`` training tokens (6 FLOPs per parameter and token;
+    ``training.epochs.planned_tokens``; by default steps × batch_size × context)."""
     parameters = parameter_count(spec, vocab_size)
-    batch_tokens = spec.batch_size * spec.context
-    logits = 3 * batch_tokens * vocab_size * 4
-    device_bytes = 16 * parameters + logits + activation_bytes(spec, on_gpu)
+    held = device_bytes(spec, vocab_size, on_gpu)
     flops = 6 * parameters * (spec.tokens_seen(spec.steps) if tokens is None else tokens)
     seconds = flops / FLOPS_PER_SECOND["gpu" if on_gpu else "cpu"]
-    host = HOST_BASE_MB * MIB + (4 * parameters if on_gpu else device_bytes)
+    host = HOST_BASE_MB * MIB + (4 * parameters if on_gpu else held)
     return Needs(
         gpu=1 if on_gpu else 0,
-        gpu_mb=math.ceil(device_bytes / MIB) if on_gpu else 0,
+        gpu_mb=math.ceil(held / MIB) if on_gpu else 0,
         mem_mb=math.ceil(host / MIB),
         disk_mb=max(1, math.ceil((len(spec.checkpoints) + 2) * 4 * parameters / MIB)),
         runtime=max(10, math.ceil(2 * seconds / 60) + 5),

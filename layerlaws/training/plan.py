@@ -66,8 +66,11 @@ class TrainingSpec:
     context: int
     """Tokens per training sequence (texts are packed, each followed by EOS)."""
     batch_size: int
-    """Sequences per optimizer step, and the most one forward and backward pass holds
-    (with ``epochs``, a step of more runs in several passes, gradients summed)."""
+    """Sequences per optimizer step (with ``epochs``, about as many)."""
+    micro_batch_size: int
+    """The most sequences one forward and backward pass holds: a step of more runs in
+    several passes, gradients summed (``train.accumulate_gradients``); ``batch_size``
+    unless given."""
     steps: int
     epochs: int | None
     """None: the training reads its corpus's packed sequences ``batch_size`` at a time, a
@@ -108,6 +111,7 @@ class TrainingSpec:
             init=settings.get("init", "default"),
             context=settings["context"],
             batch_size=settings["batch_size"],
+            micro_batch_size=settings.get("micro_batch_size") or settings["batch_size"],
             steps=settings["steps"],
             epochs=settings.get("epochs"),
             corpus=settings.get("corpus", "sample"),

@@ -274,7 +274,7 @@ def train(
     def evaluate() -> float | None:
         if evaluation is None:
             return None
-        return held_out_loss(model, evaluation, spec.batch_size, device)
+        return held_out_loss(model, evaluation, spec.micro_batch_size, device)
 
     def checkpoint(step: int, held: float | None) -> None:
         nonlocal previous
@@ -308,8 +308,8 @@ def train(
         rate = learning_rate_at(spec, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
-        loss = _accumulate_gradients(
-            model, sequences, batch_indices(n_sequences, spec, step), spec, device
+        loss = accumulate_gradients(
+            model, sequences, batch_indices(n_sequences, spec, step), spec.micro_batch_size, device
         )
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
         optimizer.step()
@@ -349,16 +349,16 @@ def train(
     return result
 
 
-def _accumulate_gradients(
-    model: Any, sequences: np.ndarray, rows: np.ndarray, spec: TrainingSpec, device: str
+def accumulate_gradients(
+    model: Any, sequences: np.ndarray, rows: np.ndarray, micro_batch_size: int, device: str
 ) -> torch.Tensor:
     """The gradients of the mean next-token loss over the packed ``sequences`` ``rows``
     (one optimizer step's batch) accumulated in ``model``; that loss, detached. A batch of
-    more than ``spec.batch_size`` sequences (an epoch cut into steps, ``batch_indices``)
-    runs in the fewest passes of at most ``batch_size`` (sizes as equal as can be), each
-    pass's loss weighted by its share of the sequences (all have ``context`` tokens), so
-    that the gradients are the whole batch's."""
-    parts = np.array_split(rows, -(-len(rows) // spec.batch_size))
+    more than ``micro_batch_size`` sequences runs in the fewest passes of at most
+    ``micro_batch_size`` (sizes as equal as can be), each pass's loss weighted by its share
+    of the sequences (all have ``context`` tokens, so the same number of predictions), so
+    that the gradients are the whole batch's (up to float rounding)."""
+    parts = np.array_split(rows, -(-len(rows) // micro_batch_size))
     total = None
     for part in parts:
         batch = torch.from_numpy(np.asarray(sequences[part], dtype=np.int64))

@@ -15,12 +15,14 @@ import yaml
 from snakemake.utils import validate
 from snakemake_runs import snakemake, write_config
 
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.forward.costs import ModelSize
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, runtime_overruns
+from layerlaws.pipeline.preflight import training_fit_problems
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -234,3 +236,39 @@ def test_families_that_keep_whole_sequence_products_are_planned_so(tmp_path):
     }
     needs = {kind: planner._coupling("gpt2", size, "leaderboard") for kind, size in sizes.items()}
     assert needs["mamba"].runtime > 4 * needs["gpt_neox"].runtime > 0
+
+
+def test_a_training_s_gpu_memory_is_planned_from_its_micro_batch_size(tmp_path):
+    """Qwen's 151,936 logits over 2,048 tokens make a pass of Yao & Xu's training planned
+    at 70.5 GiB with 16 sequences: each sequence fewer is its three copies of the logits and
+    its activations fewer (12 blocks of 4·512 + 4·12·64 + 3·1,024 float32 values a token).
+    More than the 43.2 GiB a 48 GB GPU gives a job stops the plan and the preflight with
+    the micro_batch_size that fits (9); on the CPU the GPU is not checked."""
+    per_sequence = 3 * 2048 * 151_936 * 4 + 2048 * 12 * (4 * 512 + 4 * 12 * 64 + 3 * 1024) * 4
+
+    def planner_with(micro, device="cuda"):
+        config = validated("configs/paper.yaml")
+        config["training"]["qwen-cc"]["micro_batch_size"] = micro
+        config["execution"]["device"] = device
+        return JobPlanner.from_config(config, Layout(str(tmp_path)))
+
+    def planned_mb(planner):
+        return next(row for row in planner.plan() if row["model"] == "qwen-cc")["gpu_mb"]
+
+    mb = {micro: planned_mb(planner_with(micro)) for micro in (9, 4, 1)}
+    assert mb[9] - mb[4] == pytest.approx(5 * per_sequence / 2**20, abs=1)
+    assert mb[4] - mb[1] == pytest.approx(3 * per_sequence / 2**20, abs=1)
+    assert mb[9] / 1024 == pytest.approx(40.9, abs=0.05)
+    assert training_fit_problems(planner_with(9)) == []
+    expected = (
+        "config training.qwen-cc: a pass of 16 sequences of 2048 tokens (micro_batch_size) is "
+        "planned at 70.5 GiB of GPU memory, more than the 43.2 GiB one GPU gives a job "
+        "(execution.gpu_memory_gb: 48, 90% of it); set training.qwen-cc.micro_batch_size: 9 "
+        "(planned 40.9 GiB)"
+    )
+    assert training_fit_problems(planner_with(None)) == [expected]  # batch_size: 16
+    with pytest.raises(LayerlawsError) as raised:
+        planner_with(None).plan()
+    assert str(raised.value) == expected
+    assert training_fit_problems(planner_with(None, device="cpu")) == []
+    assert planned_mb(planner_with(None, device="cpu")) == 0

@@ -1,11 +1,12 @@
 """Trainings sized in epochs and token budgets (Yao & Xu train one epoch of each whole
 corpus): an epoch reads every packed sequence exactly once whatever the corpus's size, a
 token budget stops the packing at its sequences, the packing streams to disk as one
-in-memory pack would, a step of more than batch_size sequences gives one pass's update, a
+in-memory pack would, a step in passes (of micro_batch_size) gives one pass's update, a
 corpus memory-mapped from disk trains as the array, the checks, and the estimate's line."""
 
 from __future__ import annotations
 
+import copy
 import io
 import re
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from conftest import TINY_TRAINING
 from safetensors.torch import load_file
+from transformers import LlamaForCausalLM
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.training import packing
@@ -27,7 +29,7 @@ from layerlaws.training.plan import (
     checkpoint_folder,
     pack_sequences,
 )
-from layerlaws.training.train import model_config, train
+from layerlaws.training.train import accumulate_gradients, initial_model, model_config, train
 from layerlaws.training.workflow import check_trainings
 
 
@@ -167,18 +169,61 @@ def trained(spec, corpus, sequences, folder):
     return load_file(str(checkpoint_folder(folder, spec.steps) / "model.safetensors"))
 
 
-def test_a_step_of_more_than_batch_size_sequences_is_one_pass_s_update(corpus, tmp_path):
+@pytest.mark.parametrize("passes", [{"batch_size": 3}, {"batch_size": 8, "micro_batch_size": 3}])
+def test_a_step_of_more_than_batch_size_sequences_is_one_pass_s_update(
+    corpus, tmp_path, monkeypatch, passes
+):
     """One epoch of 30 sequences in 4 steps (7 or 8 sequences a step): in passes of at most
-    3 (3 passes a step) the weights end as in one pass a step (batch_size 8), and not as
+    3 (3 passes a step, the model's forward never given more), under batch_size 3 or
+    micro_batch_size 3, the weights end as in one pass a step (batch_size 8), and not as
     they began."""
     _, sequences, _ = corpus
     settings = {"epochs": 1, "steps": 4, "warmup_steps": 1, "checkpoints": [0, 4]}
     one = trained(spec_of(batch_size=8, **settings), corpus, sequences[:30], tmp_path / "one")
-    three = trained(spec_of(batch_size=3, **settings), corpus, sequences[:30], tmp_path / "three")
+    sizes, forward = [], LlamaForCausalLM.forward
+    monkeypatch.setattr(
+        LlamaForCausalLM,
+        "forward",
+        lambda model, **inputs: sizes.append(len(inputs["input_ids"])) or forward(model, **inputs),
+    )
+    three = trained(spec_of(**passes, **settings), corpus, sequences[:30], tmp_path / "three")
+    assert max(sizes) == 3 and len(sizes) > 4 * 3
     for name in one:
         torch.testing.assert_close(three[name], one[name], rtol=1e-4, atol=1e-6)
     initial = load_file(str(checkpoint_folder(tmp_path / "one", 0) / "model.safetensors"))
     assert any(not torch.allclose(initial[name], one[name]) for name in one)
+
+
+def test_passes_of_micro_batch_size_give_one_pass_s_gradients_and_update(corpus):
+    """A step of 8 sequences in passes of at most 3 (3, 3 and 2, as the model's forward
+    sees them) of a float64 model: the loss, the gradients and the weights after an AdamW
+    step are those of one pass over all 8, from transformers' own loss; and the step
+    moved the weights."""
+    tokenizer, sequences, _ = corpus
+    spec = spec_of(batch_size=8, micro_batch_size=3)
+    one_pass = initial_model(spec, model_config(spec, tokenizer)).double()
+    passes = copy.deepcopy(one_pass)
+    initial = [parameter.detach().clone() for parameter in one_pass.parameters()]
+    batch = torch.from_numpy(sequences[:8])
+    loss = one_pass(input_ids=batch, labels=batch).loss
+    loss.backward()
+    sizes = []
+    passes.register_forward_hook(
+        lambda _, args, inputs, output: sizes.append(len(inputs["input_ids"])), with_kwargs=True
+    )
+    summed = accumulate_gradients(passes, sequences, np.arange(8), spec.micro_batch_size, "cpu")
+    assert sizes == [3, 3, 2]
+    np.testing.assert_allclose(summed.item(), loss.item(), rtol=1e-6)  # transformers': float32
+    pairs = list(zip(passes.parameters(), one_pass.parameters(), strict=True))
+    for ours, reference in pairs:
+        np.testing.assert_allclose(ours.grad.numpy(), reference.grad.numpy(), rtol=1e-9, atol=1e-15)
+    for model in (passes, one_pass):
+        torch.optim.AdamW(model.parameters(), lr=1e-2).step()
+    for ours, reference in pairs:
+        np.testing.assert_allclose(
+            ours.detach().numpy(), reference.detach().numpy(), rtol=1e-12, atol=1e-14
+        )
+    assert any(not torch.equal(a, b) for a, b in zip(initial, one_pass.parameters(), strict=True))
 
 
 def test_a_memory_mapped_corpus_of_uint16_trains_as_the_int64_array(corpus, tmp_path):
