@@ -398,9 +398,9 @@ MUTATIONS = (
     ),
     Mutation(
         "t5_span_corruption_both_stacks",
-        "forward/masking.py",
-        'stack = "encoder" if probe == "next_token" else "decoder"',
-        'stack = "encoder" if probe == "next_token" else "both"',
+        "forward/settings.py",
+        'return "encoder" if probe == "next_token" else "decoder"',
+        'return "encoder" if probe == "next_token" else "both"',
         (
             "tests/forward/test_encoder_decoder.py::"
             "test_t5_span_corruption_regresses_the_decoders_states_reading_its_target",
@@ -483,6 +483,54 @@ MUTATIONS = (
         '(r"orca-3", "llama"),',
         ("tests/rehearsal/test_rehearsal.py",),
         "the fine-tuned Orca 2 models have no stand-in family for the rehearsal",
+    ),
+    Mutation(
+        "whole_source_steps_by_factor",
+        "rehearsal/counts.py",
+        'training["steps"] = max(divided(training["steps"], factor), kept)',
+        'training["steps"] = max(training["steps"], kept)',
+        ("tests/rehearsal/test_rehearsal.py",),
+        "a whole-source training's steps are divided once by the rehearsal's factor, not twice",
+    ),
+    Mutation(
+        "whole_source_stand_in_per_row",
+        "rehearsal/standins.py",
+        'read = rows if training.get("corpus") == "source" else texts',
+        'read = texts if training.get("corpus") == "source" else texts',
+        ("tests/rehearsal/test_rehearsal.py",),
+        "a whole-source stand-in holds the training's sequences in each row, not in all",
+    ),
+    Mutation(
+        "llama_heads_free",
+        "training/plan.py",
+        'FREE_HEAD_FAMILIES = ("qwen2",)',
+        'FREE_HEAD_FAMILIES = ("qwen2", "llama")',
+        ("tests/training/test_qwen2_training.py",),
+        "a Llama training may have heads that do not fill its hidden size",
+    ),
+    Mutation(
+        "t5_encoder_pass_whole_parameters",
+        "forward/costs.py",
+        "            parameters=self.encoder_parameters,\n",
+        "            parameters=self.parameters,\n",
+        ("tests/pipeline/test_job_needs.py",),
+        "T5's encoder-alone pass is planned with the whole model's parameters",
+    ),
+    Mutation(
+        "fit_subset_lower_bound_inclusive",
+        "series/summary.py",
+        "inside &= value > lower",
+        "inside &= value >= lower",
+        ("tests/series/test_fit_subsets.py",),
+        "a fit subset's lower bound includes its value (score > 45 taking 45)",
+    ),
+    Mutation(
+        "token_group_absent_token_zero",
+        "signatures/token_groups.py",
+        "    signature_cos[~present, :] = np.nan\n",
+        "    signature_cos[~present, :] = 0.0\n",
+        ("tests/signatures/test_token_groups.py",),
+        "a group's token absent from the corpus gets cosines of 0, not NaN",
     ),
 )
 
