@@ -1,0 +1,62 @@
+"""What the geometry observer measures, where a paper leaves a choice (torch-free)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layerlaws.core.errors import LayerlawsError
+
+DATASET_ROWS = ("texts", "tokens")
+
+
+@dataclass(frozen=True)
+class GeometrySettings:
+    """The choices of ``layerlaws.geometry.observer.GeometryObserver``; the defaults are the
+    papers' (each field says whose)."""
+
+    entropy_alpha: float = 1.0
+    """Order α of the matrix-based Rényi entropy of Skean et al. (2025, §3) for the prompt
+    and dataset entropy; 1 (the default, theirs) is its limit −Σ p log p."""
+    dataset_rows: str = "texts"
+    """The rows of the dataset entropy's matrix: ``texts``, each text's mean token state
+    (Skean et al.'s dataset entropy, on mean-pooled prompts), or ``tokens``, every token
+    state (the spectrum of the layer's uncentred second moment; costs no extra memory)."""
+    alpha_req_ranks: tuple[int, int] = (6, 100)
+    """First and last rank (1 = the largest eigenvalue) of the covariance eigenvalues that
+    α-ReQ's power law is fitted to, weighted by 1/rank (Agrawal et al. 2022, as their
+    released code fits it, after Stringer et al. 2019); cut to the covariance's rank."""
+    rankme_epsilon: float = 1e-7
+    """The ε added to each normalised singular value in RankMe (Garrido et al. 2023, §3)."""
+    cka_against_last: bool = True
+    """Also linear CKA between each layer and the last: keeps every layer's batch states
+    until the last layer's arrive (see ``layerlaws.geometry.costs``)."""
+
+    def layer_pairs(self, num_layers: int) -> list[tuple[int, int]]:
+        """The (l, m), l < m, of layers 0..``num_layers`` whose linear CKA is measured:
+        every consecutive pair and, with ``cka_against_last``, every layer against the
+        last (the pair (L−1, L) is both, and counted once): L or 2L − 1 pairs."""
+        consecutive = {(layer - 1, layer) for layer in range(1, num_layers + 1)}
+        last = {(layer, num_layers) for layer in range(num_layers)}
+        return sorted(consecutive | (last if self.cka_against_last else set()))
+
+    def __post_init__(self) -> None:
+        if not self.entropy_alpha > 0:
+            raise LayerlawsError(
+                f"geometry entropy_alpha is {self.entropy_alpha}; the Rényi entropy's order "
+                f"must be positive (Skean et al. use 1)"
+            )
+        if self.dataset_rows not in DATASET_ROWS:
+            raise LayerlawsError(
+                f"geometry dataset_rows is {self.dataset_rows!r}; choose one of {DATASET_ROWS}"
+            )
+        first, last = self.alpha_req_ranks
+        if not 1 <= first < last:
+            raise LayerlawsError(
+                f"geometry alpha_req_ranks is {self.alpha_req_ranks}; give two ranks "
+                f"1 <= first < last (the paper's code fits ranks 6 to 100)"
+            )
+        if not self.rankme_epsilon >= 0:
+            raise LayerlawsError(
+                f"geometry rankme_epsilon is {self.rankme_epsilon}; it must be >= 0 (RankMe "
+                f"uses 1e-7)"
+            )
