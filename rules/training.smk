@@ -6,7 +6,8 @@
 # corpus: source its whole source streamed to a file on disk, which the segments read
 # memory-mapped; on a cluster, `snakemake download` packs a hub source where the network
 # is), then one train_checkpoint job per segment (up to each checkpoint, then to the last
-# step), each going on from the checkpoint its predecessor saved; a checkpoint's model waits for its own segment only,
+# step; with training.<key>.segment_steps also every that many steps, where a job saves only
+# a resume point), each going on from the save of its predecessor; a checkpoint's model waits for its own segment only,
 # so the early checkpoints are measured while the training goes on. The chain has a high
 # priority (the scheduler starts it first) and MODEL_THREADS (half the cores: the others
 # measure).

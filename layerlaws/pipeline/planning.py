@@ -44,7 +44,12 @@ from layerlaws.pipeline.layout import Layout
 from layerlaws.text.corpus import prompt_count
 from layerlaws.training.costs import gpu_fit_problem, training_needs
 from layerlaws.training.epochs import planned_tokens
-from layerlaws.training.plan import TrainingSpec, parameter_count
+from layerlaws.training.plan import (
+    TrainingSpec,
+    parameter_count,
+    previous_segment_end,
+    segment_ends,
+)
 
 GUESSED_VOCABULARY = 50_000
 """Vocabulary planned for a training whose tokenizer model is not yet prepared."""
@@ -261,15 +266,21 @@ class JobPlanner:
         return self._coupling(wildcards.model, size, wildcards.prompts, shards)
 
     def train_checkpoint(self, wildcards: Any, input: Any) -> Needs:
-        """A segment of a training from scratch, planned as the whole training (an upper
-        bound: it trains up to its checkpoint only) over the tokens it reads
-        (``training_tokens``); the vocabulary is the tokenizer model's (a guess of 50,000
+        """A segment of a training from scratch, planned over the tokens it reads
+        (``segment_tokens``); the vocabulary is the tokenizer model's (a guess of 50,000
         until it is prepared)."""
         owner = self.config["training"][wildcards.training]["tokenizer"]
         size = self._known_size(owner, input.tokenizer)
         vocab_size = size.vocab_size if size is not None else GUESSED_VOCABULARY
-        tokens = self.training_tokens(wildcards.training)
+        tokens = self.segment_tokens(wildcards.training, int(wildcards.step))
         return self.training_needs(wildcards.training, vocab_size, tokens)
+
+    def segment_tokens(self, training: str, end: int) -> int:
+        """The tokens the segment of ``training`` that ends at step ``end`` reads: its steps'
+        share of ``training_tokens`` (rounded up)."""
+        spec = TrainingSpec.of(self.config["training"][training])
+        steps = end - (previous_segment_end(spec, end) or 0)
+        return -(-self.training_tokens(training) * steps // spec.steps)
 
     def training_needs(self, training: str, vocab_size: int, tokens: int) -> Needs:
         """Needs of a job of ``training`` over a vocabulary of ``vocab_size`` that reads
@@ -379,7 +390,9 @@ class JobPlanner:
         return (*self.token_bound(dataset), "at most")
 
     def plan(self) -> list[dict[str, Any]]:
-        """One row per model-running job of the config: what it runs on and needs."""
+        """One row per model-running job of the config: what it runs on and needs (a
+        training's segments, each going on from the one before, with their ``chain``: the
+        training)."""
         rows = []
         for model, dataset in self.expanded.runs:
             size, sized_by = self.size(model)
@@ -432,20 +445,23 @@ class JobPlanner:
             )
         for training, settings in self.config["training"].items():
             size = self._trained_size(training)
-            tokens = self.training_tokens(training)
-            rows.append(
-                {
-                    "job": "train_checkpoint",
-                    "model": training,
-                    "data": settings["dataset"],
-                    "parameters": size.parameters,
-                    "sized_by": "training settings",
-                    "tokens": tokens,
-                    "tokens_known": "",
-                    "cache_bytes_float32": 0,
-                    **asdict(self.training_needs(training, size.vocab_size, tokens)),
-                }
-            )
+            ends = segment_ends(TrainingSpec.of(settings))
+            for index, end in enumerate(ends):
+                tokens = self.segment_tokens(training, end)
+                rows.append(
+                    {
+                        "job": "train_checkpoint",
+                        "model": training,
+                        "data": f"{settings['dataset']}[{index}/{len(ends)}]",
+                        "parameters": size.parameters,
+                        "sized_by": "training settings",
+                        "tokens": tokens,
+                        "tokens_known": "",
+                        "cache_bytes_float32": 0,
+                        "chain": training,
+                        **asdict(self.training_needs(training, size.vocab_size, tokens)),
+                    }
+                )
         return rows
 
 
@@ -488,11 +504,18 @@ def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:
     GPU-hours are each job's GPUs × its planned runtime (a job on the CPU counts its
     runtime, as one device); the wall time on ``gpus`` GPUs schedules the jobs longest
     first, each on the devices that free earliest (a job wanting more than ``gpus`` on
-    all of them), ignoring the jobs' order in the workflow (trainings before their
-    passes): a lower bound where that order binds."""
+    all of them; the rows of one ``chain``, a training's segments, one job of their summed
+    runtime), ignoring the other orders of the workflow (trainings before their
+    passes): a lower bound where those bind."""
+    chains: dict[Any, list[dict[str, Any]]] = {}
+    for index, row in enumerate(rows):
+        chains.setdefault(row.get("chain", index), []).append(row)
+    jobs = [
+        {**chain[0], "runtime": sum(row["runtime"] for row in chain)} for chain in chains.values()
+    ]
     free = [0.0] * max(1, gpus)
     total = coupling = 0.0
-    for row in sorted(rows, key=lambda row: -row["runtime"]):
+    for row in sorted(jobs, key=lambda row: -row["runtime"]):
         hours = row["runtime"] / 60
         total += max(1, row["gpu"]) * hours
         coupling += max(1, row["gpu"]) * hours if row["job"] in COUPLING_JOBS else 0.0
@@ -514,11 +537,19 @@ SHORTER = {
     "extract_hidden": FEWER_TOKENS,
     "measure_coupling": FEWER_PROMPTS,
     "measure_coupling_shard": FEWER_PROMPTS + " or more coupling.shards",
-    "train_checkpoint": "fewer tokens (training.{model}.token_budget, or steps without epochs)",
+    "train_checkpoint": (
+        "a smaller training.{model}.segment_steps (or fewer tokens: token_budget, or steps "
+        "without epochs)"
+    ),
 }
 """How each planned job is made shorter, with its ``plan`` row's model and data; a ``plan``
 row's job is the rule that runs it (a shard's rule when the work is sharded)."""
-RESUMES = {"train_checkpoint": "it resumes from its latest checkpoint (training.<key>.checkpoints)"}
+RESUMES = {
+    "train_checkpoint": (
+        "it resumes from its latest checkpoint or resume point (training.<key>.checkpoints, "
+        "segment_steps)"
+    )
+}
 """Where a rule's job resumed after a kill goes on from, when not from its progress saves."""
 SAVES = "it saves its progress every execution.checkpoint_minutes ({minutes:g} min) at most"
 

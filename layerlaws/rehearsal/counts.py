@@ -3,9 +3,9 @@
 
 What is divided is what makes a job long without changing what it runs: the texts
 sampled from each dataset, the coupling prompts (and those whose Jacobians are measured),
-a training's optimizer steps (by the factor squared for a whole-source training), warm-up,
-sequences per step (and per pass) and held-out sequences, and the addition tasks' samples
-and epochs.
+a training's optimizer steps and segment_steps (by the factor squared for a whole-source
+training), warm-up, sequences per step (and per pass) and held-out sequences, and the
+addition tasks' samples and epochs.
 Each count becomes ⌈count / factor⌉, never below 1 (and never above what another count
 bounds: the warm-up below the steps, the snapshot epoch within the epochs, a training's
 steps a multiple of its epochs, the Jacobian prompts the same number from each dataset of
@@ -25,7 +25,14 @@ from layerlaws.coupling.subset import largest_valid_count
 from layerlaws.pipeline.expansion import checkpoint_key
 from layerlaws.training.plan import checkpoint_steps
 
-TRAINING_COUNTS = ("steps", "batch_size", "micro_batch_size", "held_out_sequences", "eval_every")
+TRAINING_COUNTS = (
+    "steps",
+    "segment_steps",
+    "batch_size",
+    "micro_batch_size",
+    "held_out_sequences",
+    "eval_every",
+)
 """A training's counts divided (``warmup_steps`` follows the steps)."""
 PROMPT_COUNTS = ("n_from_dataset", "jacobian_prompts")
 """A coupling prompt set's counts divided (null stays null: every prompt)."""
@@ -64,17 +71,18 @@ def divided_counts(config: Mapping[str, Any]) -> dict[str, Any]:
 def _divide_training(training: dict[str, Any], factor: int) -> None:
     """A training's counts divided in place: its steps stay a multiple of its epochs and
     above its warm-up; listed checkpoint steps are divided too (a count of checkpoints is
-    kept). A whole-source training (``corpus: source``) has its steps divided by the factor
-    squared: they are written as its whole source's tokens / (context × batch_size), which
-    is hundreds of times a sampled training's, and the stand-in source is sized from the
-    divided steps × batch_size, so its tokens shrink by the factor cubed where a sampled
-    training's shrink by the factor squared; its steps stay at least its count of
-    checkpoints, so that each is a step of its own."""
+    kept). A whole-source training (``corpus: source``) has its steps and segment_steps
+    divided by the factor squared: its steps are written as its whole source's tokens /
+    (context × batch_size), which is hundreds of times a sampled training's, and the
+    stand-in source is sized from the divided steps × batch_size, so its tokens shrink by
+    the factor cubed where a sampled training's shrink by the factor squared; its steps
+    stay at least its count of checkpoints, so that each is a step of its own."""
     for name in TRAINING_COUNTS:
         training[name] = divided(training[name], factor)
     if training.get("corpus") == "source":
         kept = training["checkpoints"] if isinstance(training["checkpoints"], int) else 1
         training["steps"] = max(divided(training["steps"], factor), kept)
+        training["segment_steps"] = divided(training["segment_steps"], factor)
     epochs = training.get("epochs") or 1
     training["steps"] = math.ceil(training["steps"] / epochs) * epochs
     training["warmup_steps"] = min(divided(training["warmup_steps"], factor), training["steps"])

@@ -63,9 +63,10 @@ def gpu_fit_problem(spec: TrainingSpec, vocab_size: int, gpu_memory_gb: float, k
 def training_needs(
     spec: TrainingSpec, vocab_size: int, on_gpu: bool, tokens: int | None = None
 ) -> Needs:
-    """Needs of the training ``spec`` from scratch, over a vocabulary of ``vocab_size``: its
-    device memory (``device_bytes``), its checkpoints saved (and one optimizer state), and
-    the time of ``tokens`` training tokens (6 FLOPs per parameter and token;
+    """Needs of a job of the training ``spec`` from scratch (a segment, ``segment_ends``),
+    over a vocabulary of ``vocab_size``: its device memory (``device_bytes``), the save it
+    ends with (the weights and AdamW's two moments, float32), and the time of ``tokens``
+    training tokens (6 FLOPs per parameter and token; the segment's share of
     ``training.epochs.planned_tokens``; by default steps × batch_size × context)."""
     parameters = parameter_count(spec, vocab_size)
     held = device_bytes(spec, vocab_size, on_gpu)
@@ -76,6 +77,6 @@ def training_needs(
         gpu=1 if on_gpu else 0,
         gpu_mb=math.ceil(held / MIB) if on_gpu else 0,
         mem_mb=math.ceil(host / MIB),
-        disk_mb=max(1, math.ceil((len(spec.checkpoints) + 2) * 4 * parameters / MIB)),
+        disk_mb=max(1, math.ceil(3 * 4 * parameters / MIB)),
         runtime=max(10, math.ceil(2 * seconds / 60) + 5),
     )

@@ -93,6 +93,10 @@ class TrainingSpec:
     """Seeds the initial weights and the data order."""
     checkpoints: tuple[int, ...]
     """Steps after which the weights are saved (0: the initialisation)."""
+    segment_steps: int | None
+    """Steps between the ends of a run's jobs beside the checkpoints (``segment_ends``;
+    None: at the checkpoints and the last step only). How a run is cut into jobs changes
+    no weight, so it is left out of the fingerprint."""
     eval_every: int
     """Steps between held-out evaluations of the loss curve (and at every checkpoint)."""
     held_out_sequences: int
@@ -124,6 +128,7 @@ class TrainingSpec:
             grad_clip=settings["grad_clip"],
             seed=settings["seed"],
             checkpoints=checkpoint_steps(settings["checkpoints"], settings["steps"]),
+            segment_steps=settings.get("segment_steps"),
             eval_every=settings["eval_every"],
             held_out_sequences=settings["held_out_sequences"],
         )
@@ -153,7 +158,8 @@ class TrainingSpec:
     def fingerprint(self, *data: np.ndarray) -> str:
         """A hash of the spec and the training data: a checkpoint with another
         fingerprint belongs to another run and is never resumed from."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        settings = {name: value for name, value in asdict(self).items() if name != "segment_steps"}
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
         for array in data:
             flat = np.ascontiguousarray(array).reshape(-1)
             for start in range(0, len(flat), HASHED_ELEMENTS):
@@ -225,9 +231,12 @@ def pack_sequences(texts: Sequence[Sequence[int]], eos_id: int, context: int) ->
 
 
 def segment_ends(spec: TrainingSpec) -> tuple[int, ...]:
-    """The steps at which a segmented run stops, one job each: every checkpoint, and the
-    last step (where the loss curve ends even when no checkpoint is saved there)."""
-    return tuple(sorted({*spec.checkpoints, spec.steps}))
+    """The steps at which a segmented run stops, one job each: every checkpoint, the last
+    step (where the loss curve ends even when no checkpoint is saved there) and, with
+    ``segment_steps``, every multiple of it (a job's end that is no checkpoint saves only
+    what the next job resumes from), so that no job trains more than ``segment_steps``."""
+    every = range(spec.segment_steps, spec.steps, spec.segment_steps) if spec.segment_steps else ()
+    return tuple(sorted({*spec.checkpoints, spec.steps, *every}))
 
 
 def previous_segment_end(spec: TrainingSpec, end: int) -> int | None:

@@ -1,11 +1,11 @@
 """A training as workflow jobs, without torch: the corpus packed once, one job per segment
-(``plan.segment_ends``: up to each checkpoint, then to the last step) that writes a record
-of the step it reached, and the training's curve, checkpoint table and summary combined
-from those records.
+(``plan.segment_ends``: up to each checkpoint, then to the last step, and every
+``segment_steps``) that writes a record of the step it reached, and the training's curve,
+checkpoint table and summary combined from those records.
 
-Each segment goes on from the checkpoint its predecessor saved (weights and AdamW state),
-so the combined curve and checkpoints are those of one uninterrupted run, while the
-checkpoints saved early are measured as the training goes on.
+Each segment goes on from the checkpoint or resume point its predecessor saved (weights and
+AdamW state), so the combined curve and checkpoints are those of one uninterrupted run,
+while the checkpoints saved early are measured as the training goes on.
 """
 
 from __future__ import annotations

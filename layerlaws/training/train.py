@@ -9,9 +9,13 @@ temporary name and renamed when complete. A run that finds checkpoints of the sa
 fingerprint resumes from the latest one and ends with the same weights as an
 uninterrupted run; checkpoints of another fingerprint are deleted first.
 
-A run may stop early, at a segment end (``plan.segment_ends``: a checkpoint or the last
-step), and a later run go on from there: the workflow trains one segment per job, so the
-checkpoints saved early are measured while the training goes on.
+A run may stop early, at a segment end (``plan.segment_ends``: a checkpoint, a multiple
+of ``segment_steps`` or the last step), and a later run go on from there: the workflow
+trains one segment per job, so the checkpoints saved early are measured while the training
+goes on, and no job runs longer than a cluster partition allows. A run that stops where no
+checkpoint is saves a resume point there, a folder like a checkpoint's (the weights and
+state the next run goes on from), removed whole once a later save holds the state; it is
+no model of the workflow's.
 """
 
 from __future__ import annotations
@@ -205,6 +209,7 @@ def _save_checkpoint(
     record: dict[str, Any],
     state: dict[str, Any],
     previous: Path | None,
+    checkpoints: Sequence[int],
 ) -> Path:
     final = checkpoint_folder(folder, record["step"])
     temporary = final.with_name(final.name + ".partial")
@@ -216,8 +221,19 @@ def _save_checkpoint(
     shutil.rmtree(final, ignore_errors=True)
     temporary.rename(final)
     if previous is not None:
-        (previous / STATE_FILE).unlink(missing_ok=True)
+        _supersede(previous, checkpoints)
     return final
+
+
+def _supersede(previous: Path, checkpoints: Sequence[int]) -> None:
+    """A later save holds the run's state: the ``previous`` save keeps its weights when it is
+    one of the ``checkpoints`` (a model of its own) and drops its state; a resume point
+    goes whole."""
+    saved = _read_json(previous / CHECKPOINT_FILE)
+    if saved is not None and saved["step"] in checkpoints:
+        (previous / STATE_FILE).unlink(missing_ok=True)
+    else:
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 def train(
@@ -235,7 +251,8 @@ def train(
     """Train ``config``'s model on packed ``sequences`` (n, context) of token ids (any
     integer type; memory-mapped from disk for a whole source: only each step's rows are
     read) as ``spec`` says, on ``device``, up to step ``until`` (a segment end: a
-    checkpoint step or the last step, the default), saving checkpoints into ``folder``.
+    checkpoint step, a multiple of ``segment_steps`` where it saves a resume point, or the
+    last step, the default), saving checkpoints into ``folder``.
     The run resumes from the latest checkpoint of the same run at ``until`` or before that
     holds a training state (so a run that finds ``until``'s own trains nothing). A
     checkpoint it passes that is already saved, other than ``until``'s, is kept as it is:
@@ -245,8 +262,8 @@ def train(
     stop = spec.steps if until is None else until
     if stop not in segment_ends(spec):
         raise LayerlawsError(
-            f"a training stops at a checkpoint or its last step {segment_ends(spec)}, not at "
-            f"step {stop}"
+            f"a training stops at a segment end {segment_ends(spec)} (a checkpoint, a multiple "
+            f"of segment_steps or its last step), not at step {stop}"
         )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -295,8 +312,11 @@ def train(
             "fingerprint": fingerprint,
         }
         state = {"optimizer": optimizer.state_dict(), "step": step, "curve": result.curve}
-        saved = _save_checkpoint(folder, model, tokenizer, record, state, previous)
-        log.info("checkpoint at step %d (%d tokens seen)", step, record["tokens_seen"])
+        saved = _save_checkpoint(
+            folder, model, tokenizer, record, state, previous, spec.checkpoints
+        )
+        what = "checkpoint" if step in spec.checkpoints else "resume point"
+        log.info("%s at step %d (%d tokens seen)", what, step, record["tokens_seen"])
         return saved
 
     if resume is None and 0 in spec.checkpoints:
@@ -316,9 +336,10 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         pending.append((step + 1, rate, loss))
         done = step + 1
-        if done % spec.eval_every == 0 or done in spec.checkpoints or done == spec.steps:
+        evaluated = done % spec.eval_every == 0 or done in spec.checkpoints or done == spec.steps
+        if evaluated or done == stop:
             # Losses are read back only here, so a GPU never waits for them between steps.
-            held = evaluate()
+            held = evaluate() if evaluated else None
             for number, pending_rate, pending_loss in pending:
                 result.curve.append(
                     _curve_row(spec, n_sequences, number, pending_rate, None, float(pending_loss))
@@ -337,6 +358,8 @@ def train(
             )
             if done in spec.checkpoints:
                 checkpoint(done, held)
+            elif done == stop < spec.steps:  # a resume point, for the next segment
+                previous = save(done, held)
     result.seconds = time.perf_counter() - started
     if result.seconds > 0:
         trained = spec.tokens_seen(stop, n_sequences) - spec.tokens_seen(start, n_sequences)

@@ -23,6 +23,7 @@ from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, runtime_overruns
 from layerlaws.pipeline.preflight import training_fit_problems
+from layerlaws.training.plan import TrainingSpec, segment_ends
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -272,3 +273,34 @@ def test_a_training_s_gpu_memory_is_planned_from_its_micro_batch_size(tmp_path):
     assert str(raised.value) == expected
     assert training_fit_problems(planner_with(None, device="cpu")) == []
     assert planned_mb(planner_with(None, device="cpu")) == 0
+
+
+def test_a_training_is_planned_a_segment_at_a_time(tmp_path):
+    """Each segment of a training is a row over its steps' share of the training's tokens
+    (Pile-CC's 6.1e10 in segments of at most segment_steps steps), each of the paper's
+    planned under the 2,880 minutes of a 48-hour partition, where Pile-CC's last segment
+    without segment_steps is its whole training; a training's segments are one chain in
+    the wall time."""
+    config = validated("configs/paper.yaml")
+    planner = JobPlanner.from_config(config, Layout(str(tmp_path)))
+    rows = [row for row in planner.plan() if row["job"] == "train_checkpoint"]
+    for training, settings in config["training"].items():
+        ends = segment_ends(TrainingSpec.of(settings))
+        ours = [row for row in rows if row["model"] == training]
+        assert [row["data"] for row in ours] == [
+            f"{settings['dataset']}[{index}/{len(ends)}]" for index in range(len(ends))
+        ]
+        per_step = planner.training_tokens(training) / settings["steps"]
+        tokens = [row["tokens"] for row in ours]
+        np.testing.assert_allclose(tokens, np.diff([0, *ends]) * per_step, atol=1)
+        assert max(row["runtime"] for row in ours) < 2880, training
+    cc = [row for row in rows if row["model"] == "qwen-cc"]
+    assert len(cc) == 22  # 0, 1, 1,364, every 100,000 steps and the last
+    config["training"]["qwen-cc"]["segment_steps"] = None
+    whole = JobPlanner.from_config(config, Layout(str(tmp_path))).plan()
+    last = [row for row in whole if row["model"] == "qwen-cc"][-1]
+    assert last["data"] == "pile-cc[3/4]" and last["runtime"] > 40_000
+    chain = [{"job": "train_checkpoint", "gpu": 1, "runtime": 60, "chain": "t"}] * 3
+    assert gpu_hours_line(chain, 3) == "gpu_hours=3.0 coupling_gpu_hours=0.0 wall_hours_on=3:3.0"
+    apart = [{key: row[key] for key in ("job", "gpu", "runtime")} for row in chain]
+    assert gpu_hours_line(apart, 3) == "gpu_hours=3.0 coupling_gpu_hours=0.0 wall_hours_on=3:1.0"

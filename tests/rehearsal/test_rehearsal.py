@@ -65,6 +65,8 @@ def test_the_counts_are_divided_and_nothing_else():
         written_training = written["training"][key]
         if written_training["corpus"] == "source":  # a whole source: by the factor squared
             steps = max(math.ceil(written_training["steps"] / 1000**2), 4)  # ≥ 4 checkpoints
+            segment_steps = math.ceil(written_training["segment_steps"] / 1000**2)
+            assert training["segment_steps"] == segment_steps == 1, key
         else:
             steps = math.ceil(written_training["steps"] / 1000)
         assert training["steps"] == steps, key

@@ -1,7 +1,7 @@
-"""A training in segments, one per checkpoint (and one to the last step): each goes on
-from its predecessor's checkpoint and the whole ends bit-identical to one uninterrupted
-run, weights, curve and checkpoint table included; through Snakemake, each checkpoint's
-model waits for its own segment only."""
+"""A training in segments, one per checkpoint (and one to the last step, and with
+segment_steps one every that many steps): each goes on from its predecessor's save and the
+whole ends bit-identical to one uninterrupted run, weights, curve and checkpoint table
+included; through Snakemake, each checkpoint's model waits for its own segment only."""
 
 from __future__ import annotations
 
@@ -80,17 +80,28 @@ def segmented(spec, corpus, folder) -> list[dict]:
 
 
 def test_segments_end_at_every_checkpoint_and_the_last_step() -> None:
+    """And with segment_steps at its multiples too, which change no fingerprint."""
     assert segment_ends(spec_of()) == (0, 2, 5, 12)
     assert segment_ends(spec_of(checkpoints=[2, 5])) == (2, 5, 12)
+    assert segment_ends(spec_of(segment_steps=4)) == (0, 2, 4, 5, 8, 12)
+    assert segment_ends(spec_of(segment_steps=12)) == segment_ends(spec_of())
     assert previous_segment_end(spec_of(), 5) == 2
+    assert previous_segment_end(spec_of(segment_steps=4), 5) == 4
     assert previous_segment_end(spec_of(), 0) is None
+    data = np.arange(6)
+    assert spec_of(segment_steps=4).fingerprint(data) == spec_of().fingerprint(data)
+    assert spec_of(micro_batch_size=2).fingerprint(data) != spec_of().fingerprint(data)
 
 
+@pytest.mark.parametrize("segment_steps", [None, 3])
 @pytest.mark.parametrize("checkpoints", [[0, 2, 5, 12], [2, 5]])
-def test_segments_end_bit_identical_to_one_run(corpus, tmp_path, checkpoints) -> None:
+def test_segments_end_bit_identical_to_one_run(
+    corpus, tmp_path, checkpoints, segment_steps
+) -> None:
     """Also when the last step is no checkpoint: its segment saves no weights but ends the
-    curve."""
-    spec = spec_of(checkpoints=checkpoints)
+    curve; and in segments of at most 3 steps, ending between the held-out evaluations
+    (every 4 steps): a resume point is removed once a later save holds the state."""
+    spec = spec_of(checkpoints=checkpoints, segment_steps=segment_steps)
     whole = run(spec, corpus, tmp_path / "whole")
     records = segmented(spec, corpus, tmp_path / "segments")
     assert [record["resumed_from_step"] for record in records] == [
@@ -104,12 +115,15 @@ def test_segments_end_bit_identical_to_one_run(corpus, tmp_path, checkpoints) ->
     assert checkpoint_rows(spec, curve) == [
         {name: row[name] for name in row if name != "fingerprint"} for row in whole.checkpoints
     ]
-    # The state is kept only in the latest checkpoint, as in one run.
-    assert [
-        step
-        for step in spec.checkpoints
-        if (checkpoint_folder(tmp_path / "segments", step) / STATE_FILE).exists()
-    ] == [spec.checkpoints[-1]]
+    # The state is kept only in the latest save (a checkpoint, or a resume point before the
+    # last step when that is no checkpoint), as in one run; the other resume points are gone.
+    saves = [end for end in segment_ends(spec) if end in spec.checkpoints or end < spec.steps]
+    kept = sorted({*spec.checkpoints, saves[-1]})
+    folders = sorted((tmp_path / "segments").iterdir())
+    assert folders == [checkpoint_folder(tmp_path / "segments", step) for step in kept]
+    assert [folder for folder in folders if (folder / STATE_FILE).exists()] == [
+        checkpoint_folder(tmp_path / "segments", saves[-1])
+    ]
     summary = training_summary(records, {"texts": 60})
     trained = sum(record["trained_tokens"] for record in records)
     assert trained == spec.tokens_seen(spec.steps) and summary["texts"] == 60

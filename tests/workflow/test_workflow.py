@@ -490,6 +490,9 @@ def test_paper_config_dry_runs(tmp_path):
     # Every hub model (a revision is a model of its own) is downloaded before it is prepared.
     assert jobs["download_model"] == jobs["prepare_model"] - 10 == 156
     assert jobs["train_model"] == 10 and jobs["compare_own_corpora"] == 2
+    # A job per segment: the checkpoints (0, 1, about the square root of the steps, the last)
+    # and every segment_steps, 100,000 for Qwen (52 in all), 250,000 for Llama 2 (31).
+    assert jobs["train_checkpoint"] == 83
     # Yao & Xu Fig. 12: the DM Mathematics token group in the run of qwen-dm-mathematics only.
     assert jobs["compare_token_group"] == jobs["plot_token_group"] == 1
 
