@@ -19,8 +19,10 @@ where each layer is taken). Logit observers get ``begin_batch`` too, then
 
 A batch that runs out of device memory is split in halves and retried, recursively.
 Layers are observed atomically: an observer's ``observe`` either completes or leaves no
-trace, so the halves resume at the first layer not yet observed for the whole batch and
-nothing is counted twice.
+trace, and the pass keeps, per observer, the first layer it has not yet observed for the
+whole batch; the halves resume each observer there (an observer that completed layer k
+before a later one ran out of memory at k resumes at k + 1), so nothing is counted
+twice.
 
 A pass given ``ProgressSaves`` (``layerlaws.core.progress``) saves, between batches and at
 most every ``execution.checkpoint_minutes``, what every observer has merged (the
@@ -313,24 +315,30 @@ def restore(observer: Observer | LogitObserver, progress: dict[str, Any]) -> Non
 
 
 class BatchOutOfMemory(Exception):
-    """A batch ran out of device memory after layers < ``next_layer`` were observed."""
+    """A batch ran out of device memory after each observer i had observed its layers <
+    ``next_layers[i]``."""
 
-    def __init__(self, next_layer: int) -> None:
-        super().__init__(f"out of memory before layer {next_layer} was observed")
-        self.next_layer = next_layer
+    def __init__(self, next_layers: tuple[int, ...]) -> None:
+        super().__init__(f"out of memory before layers {next_layers} were observed")
+        self.next_layers = next_layers
 
 
 def run_splitting_on_oom(
-    process: Callable[[list[int], int], None], batch: list[int], device: str, first_layer: int = 0
+    process: Callable[[list[int], tuple[int, ...] | None], None],
+    batch: list[int],
+    device: str,
+    first_layers: tuple[int, ...] | None = None,
 ) -> int:
-    """``process(batch, first_layer)``; when the device runs out of memory, process its two
-    halves instead (recursively), from the first layer not yet observed. Returns how many
-    times a batch was split; a single sequence that does not fit is a LayerlawsError."""
+    """``process(batch, first_layers)`` (each observer's first layer to observe; None: all
+    from layer 0); when the device runs out of memory, process its two halves instead
+    (recursively), each observer from the first layer it has not yet observed. Returns
+    how many times a batch was split; a single sequence that does not fit is a
+    LayerlawsError."""
     try:
-        process(batch, first_layer)
+        process(batch, first_layers)
         return 0
     except BatchOutOfMemory as error:
-        next_layer = error.next_layer
+        next_layers = error.next_layers
         if len(batch) == 1:
             raise LayerlawsError(
                 f"one sequence does not fit in the memory of {device}; lower the dataset's "
@@ -344,14 +352,14 @@ def run_splitting_on_oom(
         "out of memory with %d sequences on %s at layer %d; retrying as %d + %d",
         len(batch),
         device,
-        next_layer,
+        min(next_layers, default=0),
         half,
         len(batch) - half,
     )
     return (
         1
-        + run_splitting_on_oom(process, batch[:half], device, next_layer)
-        + run_splitting_on_oom(process, batch[half:], device, next_layer)
+        + run_splitting_on_oom(process, batch[:half], device, next_layers)
+        + run_splitting_on_oom(process, batch[half:], device, next_layers)
     )
 
 
@@ -405,17 +413,19 @@ def run_forward_pass(
         batch_size = automatic_batch_size(facts, longest, device, compute_dtype.itemsize)
         log.info("batch size %d (auto, %s)", batch_size, device)
     last_layer = facts.num_layers
-    # The logits are observed as one more layer, L + 1, so a split batch resumes there.
-    observed_layers = last_layer + (2 if logit_observers else 1)
+    # Per observer, the first layer it has not observed: the logits are observed as one more
+    # layer, L + 1, so a split batch resumes each observer where it stopped.
+    unobserved = (0,) * len(observers) + (last_layer + 1,) * len(logit_observers)
+    complete = [last_layer + 1] * len(observers) + [last_layer + 2] * len(logit_observers)
 
-    def process(indices: list[int], first_layer: int) -> None:
+    def process(indices: list[int], first_layers: tuple[int, ...] | None) -> None:
         batch = Batch.of(sequences, indices, row_starts)
-        for observer in [*observers, *logit_observers]:
+        for observer in all_observers:
             observer.begin_batch(batch)
-        observed = [first_layer]
+        observed = list(first_layers or unobserved)  # states' observers, then logits'
 
         def record(layer: int, state: torch.Tensor) -> None:
-            if layer < first_layer:
+            if layer not in observed[: len(observers)]:
                 return
             ids, positions = batch.input_ids, batch.position_index
             if layer < encoder_layers:
@@ -427,9 +437,10 @@ def run_forward_pass(
                 )
             where = state.device
             text = state[batch.batch_index.to(where), positions.to(where)]
-            for observer in observers:
-                observer.observe(layer, text)
-            observed[0] = layer + 1
+            for number, observer in enumerate(observers):
+                if observed[number] == layer:
+                    observer.observe(layer, text)
+                    observed[number] = layer + 1
 
         out_of_memory = False
         try:
@@ -439,18 +450,18 @@ def run_forward_pass(
                 where = outputs.logits.device
                 logits = outputs.logits[batch.batch_index.to(where), batch.position_index.to(where)]
                 del outputs
-                for logit_observer in logit_observers:
-                    logit_observer.observe_logits(logits)
-                observed[0] = last_layer + 2
+                for number, logit_observer in enumerate(logit_observers, start=len(observers)):
+                    if observed[number] == last_layer + 1:
+                        logit_observer.observe_logits(logits)
+                        observed[number] = last_layer + 2
         except torch.OutOfMemoryError:
             out_of_memory = True
         # Raised outside the handler: the frames holding the batch's tensors are released.
         if out_of_memory:
-            raise BatchOutOfMemory(observed[0])
-        if observed[0] != observed_layers:
+            raise BatchOutOfMemory(tuple(observed))
+        if observed != complete:
             raise LayerlawsError(
-                f"the forward pass observed layers {first_layer}..{observed[0] - 1}, "
-                f"expected ..{observed_layers - 1}"
+                f"the forward pass left its observers at layers {observed}, expected {complete}"
             )
 
     batches = length_sorted_batches(lengths, int(batch_size), chosen)

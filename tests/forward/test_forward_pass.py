@@ -149,6 +149,42 @@ def test_out_of_memory_splits_the_batch_and_resumes_at_the_failed_layer(
             np.testing.assert_allclose(retried.seen[layer][row], state, atol=1e-5)
 
 
+class FullAtLayer(Recorder):
+    """A Recorder that runs out of memory at ``layer``, before keeping anything, whenever its
+    batch holds more than ``fits`` sequences."""
+
+    def __init__(self, layer: int, fits: int) -> None:
+        super().__init__()
+        self.layer, self.fits = layer, fits
+
+    def begin_batch(self, batch) -> None:
+        super().begin_batch(batch)
+        self.sequences = len(batch.input_ids)
+
+    def observe(self, layer, states) -> None:
+        if layer == self.layer and self.sequences > self.fits:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        super().observe(layer, states)
+
+
+def test_an_observer_out_of_memory_leaves_the_layer_to_it_alone(llama_folder, texts, tmp_path):
+    """The second observer runs out of memory at layer 2 after the first observed it: the
+    halves resume the first at layer 3 and the second at 2, so each sees every row once."""
+    facts, tokens = tokenised(llama_folder, texts[:7], tmp_path)
+    model = load_model(tmp_path / "m", "float32", "cpu")
+    reference = Recorder()
+    run_forward_pass(model, facts, tokens, [reference], 7, "cpu", progress=False)
+    first, second = Recorder(), FullAtLayer(layer=2, fits=2)
+    report = run_forward_pass(model, facts, tokens, [first, second], 7, "cpu", progress=False)
+    assert report["out_of_memory_retries"] == 3
+    for observer in (first, second):
+        assert observer.counts == reference.counts
+        for layer, states in reference.seen.items():
+            assert observer.seen[layer].keys() == states.keys()
+            for row, state in states.items():
+                np.testing.assert_allclose(observer.seen[layer][row], state, atol=1e-5)
+
+
 def test_a_sequence_too_long_for_the_device_is_a_clear_error(llama_folder, texts, tmp_path):
     facts, tokens = tokenised(llama_folder, texts[:1], tmp_path)
     model = load_model(tmp_path / "m", "float32", "cpu")
