@@ -148,8 +148,8 @@ rule compare_token_group:
             EXPANDED.tokenizer_owner(wildcards.model)
         ),
     output:
-        cosines=f"{LAYOUT.signatures()}/token_groups/{{group}}/cosines.csv",
-        next_tokens=f"{LAYOUT.signatures()}/token_groups/{{group}}/next_tokens.csv",
+        cosines=f"{LAYOUT.token_group()}/cosines.csv",
+        next_tokens=f"{LAYOUT.token_group()}/next_tokens.csv",
     log:
         LAYOUT.log("compare_token_group", "{model}", "{dataset}", "{group}"),
     wildcard_constraints:
@@ -165,10 +165,10 @@ rule compare_token_group:
 
 rule plot_token_group:
     input:
-        cosines=f"{LAYOUT.signatures()}/token_groups/{{group}}/cosines.csv",
+        cosines=f"{LAYOUT.token_group()}/cosines.csv",
     output:
         heatmaps=report(
-            f"{LAYOUT.signatures()}/token_groups/{{group}}/heatmaps.{PLOT_FORMAT}",
+            f"{LAYOUT.token_group()}/heatmaps.{PLOT_FORMAT}",
             caption="../report/signatures_token_group.rst",
             category="Probability signatures",
             subcategory="{model} on {dataset}",

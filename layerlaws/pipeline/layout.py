@@ -19,6 +19,7 @@ SERIES = "{series}"
 TASK = "{task}"
 SHARD = "{shard}"
 OWN_CORPUS = "{own_corpus}"
+TOKEN_GROUP = "{group}"
 STEP = "{step}"
 
 
@@ -110,6 +111,12 @@ class Layout:
         """A model's signatures compared across its corpora."""
         return f"{self.root}/signatures/{model}"
 
+    def token_group(
+        self, model: str = MODEL, dataset: str = DATASET, group: str = TOKEN_GROUP
+    ) -> str:
+        """A chosen group of tokens in one signature run (``signatures.token_groups``)."""
+        return f"{self.signatures(model, dataset)}/token_groups/{group}"
+
     def own_corpus(self, name: str = OWN_CORPUS) -> str:
         """A group of trained models, each compared with its own training corpus."""
         return f"{self.root}/signatures/own_corpus/{name}"
@@ -169,6 +176,7 @@ class Layout:
                 "equilearning_summary",
                 "signatures",
                 "corpus_comparison",
+                "token_group",
                 "own_corpus",
                 "coupling",
                 "coupling_shards",

@@ -474,8 +474,8 @@ def test_paper_config_dry_runs(tmp_path):
     """The paper config plans every experiment it configures: the runs, the 13 series
     (Pythia-1B's checkpoints, one model per revision; the GPT-2, RWKV-Raven and Mamba
     sizes; the data-constrained GPT-2 models; Aubry et al.'s base and fine-tuned models, the
-    base models by training tokens, and the checkpoints of four Pythia sizes), Yao & Xu's five trained models of each architecture
-    (Qwen2.5, Llama 2) against their own corpora."""
+    base models by training tokens, and the checkpoints of four Pythia sizes), Yao & Xu's five
+    trained models of each architecture (Qwen2.5, Llama 2) against their own corpora."""
     jobs = scheduled_jobs(tmp_path, configfile=REPO / "configs" / "paper.yaml")
     assert jobs["summarize_series"] == 13 and jobs["plot_series"] == 13
     # 77 runs, 20 Pythia-1B checkpoints, 19 more members of the size and data series.
