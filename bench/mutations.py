@@ -495,8 +495,8 @@ MUTATIONS = (
     Mutation(
         "whole_source_stand_in_per_row",
         "rehearsal/standins.py",
-        'read = rows if training.get("corpus") == "source" else texts',
-        'read = texts if training.get("corpus") == "source" else texts',
+        "read, margin = (rows, WHOLE_SOURCE_MARGIN) if whole else (texts, SAMPLE_MARGIN)",
+        "read, margin = (texts, WHOLE_SOURCE_MARGIN) if whole else (texts, SAMPLE_MARGIN)",
         ("tests/rehearsal/test_rehearsal.py",),
         "a whole-source stand-in holds the training's sequences in each row, not in all",
     ),

@@ -290,19 +290,31 @@ def _larger(old: RowGroup | None, new: RowGroup) -> RowGroup:
     return RowGroup(new.split, new.where, max(old.rows, new.rows), max(old.words, new.words))
 
 
+SAMPLE_MARGIN = 2.0
+"""A sampled training's sample holds its packed sequences twice over."""
+WHOLE_SOURCE_MARGIN = 1.25
+"""A whole-source training's stand-in holds its packed sequences 1.25 times over: it reads
+every one (1 or 2 a step where it has a sequence a step; twice over made every step read
+two or three sequences of the paper's 2,048 tokens, half of the rehearsal's training
+time), and needs at least one a step (the stand-in tokenizers' tokens per word vary by
+less than the margin)."""
+
+
 def _training_words(config: Mapping[str, Any], dataset: str, texts: int, rows: int) -> int:
     """Words per text that the trainings on ``dataset`` need: their packed sequences
-    (steps × batch_size / epochs, and the held-out ones), twice over, from a sample of
-    ``texts`` texts, or from all ``rows`` rows of the stand-in for a training that reads
-    the whole source (``corpus: source``, which reads every sequence, so that longer rows
-    would lengthen it); ``PROBING_WORDS`` when no training reads it."""
+    (steps × batch_size / epochs, and the held-out ones) ``SAMPLE_MARGIN`` times over from
+    a sample of ``texts`` texts, or ``WHOLE_SOURCE_MARGIN`` times over from all ``rows``
+    rows of the stand-in for a training that reads the whole source (``corpus: source``,
+    which reads every sequence, so that longer rows would lengthen it); ``PROBING_WORDS``
+    when no training reads it."""
     needed = PROBING_WORDS
     for training in config["training"].values():
         if dataset in (training["dataset"], training.get("held_out")):
             sequences = training["steps"] * training["batch_size"] // (training.get("epochs") or 1)
             tokens = (sequences + training["held_out_sequences"] + 1) * (training["context"] + 1)
-            read = rows if training.get("corpus") == "source" else texts
-            needed = max(needed, math.ceil(2 * tokens * WORDS_PER_TOKEN / read))
+            whole = training.get("corpus") == "source"
+            read, margin = (rows, WHOLE_SOURCE_MARGIN) if whole else (texts, SAMPLE_MARGIN)
+            needed = max(needed, math.ceil(margin * tokens * WORDS_PER_TOKEN / read))
     return needed
 
 
