@@ -1,6 +1,7 @@
 """A short public API for a model already in memory (a notebook), through the same library
 functions the pipeline uses: the equi-learning pass on a list of texts (the law, separation
-fuzziness, token views, the held-out loss), the probability signatures of texts against the
+fuzziness, token views, the held-out loss, and named observers: the built-in geometry or
+your own, ``layerlaws.forward.observers``), the probability signatures of texts against the
 model's embeddings, the block coupling of a prompt, and a random twin of the model.
 
 ``model`` is a Hugging Face model of a family in the architecture table
@@ -31,7 +32,8 @@ from layerlaws.coupling.measurement import (
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.equilearning.equilearning_pass import EquilearningPass
 from layerlaws.equilearning.law import fuzziness_law_table, law_table
-from layerlaws.equilearning.settings import EquilearningSettings
+from layerlaws.equilearning.settings import EquilearningSettings, observer_specs
+from layerlaws.forward.observers import ObserverSpec
 from layerlaws.forward.span_corruption import Seq2SeqVocabulary
 from layerlaws.models.facts import model_facts
 from layerlaws.models.loading import randomly_initialised_twin
@@ -45,6 +47,7 @@ __all__ = [
     "CouplingSettings",
     "EquilearningSettings",
     "Law",
+    "ObserverSpec",
     "SignatureSettings",
     "coupling",
     "equilearning_law",
@@ -62,7 +65,8 @@ class Law:
     its fit ``law`` (``law.csv``), ``fuzziness`` and its fit ``fuzziness_law``
     (``fuzziness.csv``, ``fuzziness_law.csv``), ``token_views`` (``token_views.csv``),
     ``evaluation`` (``evaluation/…csv``: the model's own held-out loss, NaN where its head
-    is not evaluated), and the pass's ``report`` (rows, tokens, rate, probe)."""
+    is not evaluated), the pass's ``report`` (rows, tokens, rate, probe), and the named
+    observers' tables by name (``observers/<name>.csv``)."""
 
     pr: pl.DataFrame
     law: pl.DataFrame
@@ -71,6 +75,7 @@ class Law:
     token_views: pl.DataFrame
     evaluation: pl.DataFrame
     report: dict[str, Any]
+    observers: dict[str, pl.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ def equilearning_law(
     batch_size: int | str = "auto",
     probe: str = "auto",
     progress: bool = True,
+    observers: Sequence[ObserverSpec | str] = (),
 ) -> Law:
     """The equi-learning pass of the pipeline (``EquilearningPass``) over ``texts``: PR of
     every layer (0…L) for each target offset, norm and control, and its log-linear fit over
@@ -114,15 +120,24 @@ def equilearning_law(
     e.g. ``EquilearningSettings(offsets=(1,), norms=("model",))`` for the law alone).
     ``max_tokens`` per text, ``batch_size`` sequences a batch (``auto``: from the device's
     free memory), ``probe`` as ``models.<key>.probe``. The model runs where its weights
-    are, logging its progress unless ``progress`` is False. Raises LayerlawsError when an
-    offset has no more rows than the hidden size (sample more or longer texts)."""
+    are, logging its progress unless ``progress`` is False. ``observers`` are measured in
+    the same pass: a built-in's name (``"geometry"``, under the config's default settings)
+    or an ``ObserverSpec(name, YourClass, settings)``; their tables are ``Law.observers``.
+    Raises LayerlawsError when an offset has no more rows than the hidden size (sample
+    more or longer texts)."""
     facts = model_facts(model, {"kind": "memory"})
     settings = settings or EquilearningSettings()
     seq2seq = None
     if getattr(model.config, "is_encoder_decoder", False):
         seq2seq = Seq2SeqVocabulary.of(tokenizer, model.config.decoder_start_token_id)
+    named = [
+        observer
+        if isinstance(observer, ObserverSpec)
+        else observer_specs({"observers": [observer]})[0]
+        for observer in observers
+    ]
     pass_ = EquilearningPass.prepare(
-        _tokens(texts, tokenizer, max_tokens), facts, tokenizer, settings, probe, seq2seq
+        _tokens(texts, tokenizer, max_tokens), facts, tokenizer, settings, probe, seq2seq, named
     )
     device = str(next(model.parameters()).device)
     report = pass_.run(model, batch_size, device, progress=progress)
@@ -135,6 +150,7 @@ def equilearning_law(
         token_views=tables["token_views"],
         evaluation=tables["evaluation"],
         report={**report, "probe": pass_.probe},
+        observers=pass_.observers.named_tables(),
     )
 
 

@@ -1,10 +1,16 @@
 # Stage 4: the model pass that streams the equi-learning statistics (GPU when present),
 # the law fit, figures and the cross-run summary.
 from layerlaws.equilearning.settings import run_settings
-from layerlaws.equilearning.workflow import EQUILEARNING_FIGURES
+from layerlaws.equilearning.workflow import (
+    EQUILEARNING_FIGURES,
+    GEOMETRY,
+    observer_params,
+    observer_sources,
+)
 
 PASS_PARAMS = {
     "settings": lambda wildcards: run_settings(config, wildcards.dataset),
+    "observers": lambda wildcards: observer_params(config, wildcards.model),
     "probe": model_probe,
     "dtype": model_dtype,
     "quantization": model_quantization("passes"),
@@ -16,6 +22,7 @@ rule equilearning_pass:
         tokens=LAYOUT.tokens(),
         model=LAYOUT.model(),
         shards=pass_shards,
+        observer_sources=lambda wildcards: observer_sources(config, wildcards.model),
     output:
         pr=f"{LAYOUT.equilearning()}/pr.csv",
         report=f"{LAYOUT.equilearning()}/pass.json",
@@ -23,6 +30,7 @@ rule equilearning_pass:
         fuzziness=f"{LAYOUT.equilearning()}/fuzziness.csv",
         token_views=f"{LAYOUT.equilearning()}/token_views.csv",
         token_states=f"{LAYOUT.equilearning()}/token_views.npz",
+        observers=directory(LAYOUT.equilearning_observers()),
     log:
         LAYOUT.log("equilearning_pass", "{model}", "{dataset}"),
     threads: MODEL_THREADS
@@ -40,6 +48,7 @@ rule equilearning_pass_shard:
     input:
         tokens=LAYOUT.tokens(),
         model=LAYOUT.model(),
+        observer_sources=lambda wildcards: observer_sources(config, wildcards.model),
     output:
         LAYOUT.equilearning_shard(),
     log:
@@ -91,6 +100,26 @@ rule plot_equilearning:
         title="{model} on {dataset}",
     script:
         "../scripts/plot_equilearning.py"
+
+
+# Runs whose equilearning.observers include geometry: each quantity against depth.
+rule plot_geometry:
+    input:
+        observers=LAYOUT.equilearning_observers(),
+    output:
+        report(
+            f"{LAYOUT.equilearning()}/{GEOMETRY}.{PLOT_FORMAT}",
+            caption="../report/geometry.rst",
+            category="Equi-learning",
+            subcategory="{model} on {dataset}",
+        ),
+    log:
+        LAYOUT.log("plot_geometry", "{model}", "{dataset}"),
+    params:
+        plots=plot_options(config),
+        title="{model} on {dataset}",
+    script:
+        "../scripts/plot_geometry.py"
 
 
 rule summarize_equilearning:

@@ -1,9 +1,11 @@
 """Snakemake entry point of ``equilearning_pass`` and ``equilearning_pass_shard``: one
 forward pass of a model over a dataset's tokens that streams the equi-learning statistics
 and writes the PR, fuzziness, token-view and evaluation tables
-(results/equilearning/…/pr.csv). With ``equilearning.shards`` above 1, a shard job runs
-the pass over every N-th text into shards/{shard}.pt and ``equilearning_pass`` merges the
-shards (``layerlaws.forward.shards``)."""
+(results/equilearning/…/pr.csv), and the named observers' (``equilearning.observers``:
+results/equilearning/…/observers/<name>.csv, written as one folder). With
+``equilearning.shards`` above 1, a shard job runs the pass over every N-th text into
+shards/{shard}.pt and ``equilearning_pass`` merges the shards
+(``layerlaws.forward.shards``)."""
 
 import logging
 from dataclasses import asdict
@@ -11,12 +13,13 @@ from dataclasses import asdict
 import polars as pl
 import torch
 
-from layerlaws.core.atomic import write_csv, write_json, write_npz
+from layerlaws.core.atomic import atomic_path, write_csv, write_json, write_npz
 from layerlaws.core.logs import run_logged
 from layerlaws.core.progress import job_saves
 from layerlaws.core.shards import shard_indices
 from layerlaws.equilearning.equilearning_pass import EquilearningPass
 from layerlaws.equilearning.settings import EquilearningSettings
+from layerlaws.forward.observers import ObserverSpec
 from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
 from layerlaws.forward.span_corruption import seq2seq_vocabulary
 from layerlaws.models.facts import read_facts
@@ -40,6 +43,10 @@ def main() -> None:
         settings,
         params.probe,
         seq2seq_vocabulary(snakemake.input.model, tokenizer),
+        [
+            ObserverSpec.from_params(entry, f"observers[{index}]")
+            for index, entry in enumerate(params.observers)
+        ],
     )
     facts, observers = pass_.facts, pass_.observers
     if not observers.evaluated:
@@ -86,6 +93,10 @@ def main() -> None:
     for name, table in tables.items():
         write_csv(output[name], table)
     write_npz(output.token_states, observers.token_states())
+    with atomic_path(output.observers) as folder:
+        folder.mkdir()
+        for name, table in observers.named_tables().items():
+            table.write_csv(folder / f"{name}.csv")
     progress = saves.finish() if saves is not None else {}
     write_json(
         output.report,

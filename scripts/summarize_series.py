@@ -25,6 +25,7 @@ def member_paths(member: dict[str, Any], input: Any) -> dict[str, Any]:
         "facts": str(Path(path(member["facts"])) / MODEL_METADATA),
         "law": {dataset: path(name) for dataset, name in member["law"].items()},
         "evaluation": {dataset: path(name) for dataset, name in member["evaluation"].items()},
+        "geometry": {dataset: path(name) for dataset, name in member.get("geometry", {}).items()},
         **{kind: path(member[kind]) for kind in ("depth", "trajectories", "rcos")},
     }
 

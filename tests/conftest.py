@@ -222,7 +222,8 @@ def finished(base_config, tmp_path_factory):
 @pytest.fixture(scope="session")
 def series_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
     """A tiny Llama trained on the texts the probing dataset does not sample, with three
-    checkpoints, as one series; three models with scores as another."""
+    checkpoints, as one series, its runs measuring the representation geometry; three
+    models with scores as another."""
     local = {"kind": "local", "path": str(llama_folder)}
     return {
         "models": {
@@ -283,7 +284,12 @@ def series_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
             "lss_window": 2,
             "metrics": ["paper", "released_trace"],
         },
-        "equilearning": {"offsets": [1], "norms": ["model"], "controls": ["none"]},
+        "equilearning": {
+            "offsets": [1],
+            "norms": ["model"],
+            "controls": ["none"],
+            "observers": [{"name": "geometry", "models": ["tiny"]}],
+        },
         "execution": {"batch_size": 8, "lock_dir": str(tmp_path_factory.mktemp("locks"))},
     }
 

@@ -1,12 +1,14 @@
-"""What the equi-learning pass needs (torch-free): the memory of its statistics, exact, and
-the needs of the whole job (``layerlaws.forward.costs``), from the model's size and the
-stage's settings alone."""
+"""What the equi-learning pass needs (torch-free): the memory of its statistics, exact, what
+its named observers declare (``layerlaws.forward.observers``), and the needs of the whole
+job (``layerlaws.forward.costs``), from the model's size and the stage's settings alone."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from layerlaws.core.dtypes import DTYPE_BYTES
 from layerlaws.forward.costs import ModelSize, Needs, model_pass_needs
+from layerlaws.forward.observers import ObserverSpec
 
 
 def statistics_bytes(
@@ -36,16 +38,23 @@ def equilearning_pass_needs(
     fuzziness_open_classes: int = 0,
     statistics_written: bool = False,
     quantization: str = "none",
+    named: Sequence[ObserverSpec] = (),
+    tokens_per_text: int = 1,
 ) -> Needs:
     """Needs of the equi-learning pass: the model, its statistics on the device (the
-    co-moments of the separation fuzziness included), the separation fuzziness's folded
-    matrices and the sums of at most ``fuzziness_open_classes`` open classes (those of
-    two rows or more) in host memory, a PR table as output (a shard: every statistic,
-    with ``statistics_written``)."""
+    co-moments of the separation fuzziness included) and what its ``named`` observers
+    declare for texts of ``tokens_per_text`` tokens (``named_needs``), the separation
+    fuzziness's folded matrices and the sums of at most ``fuzziness_open_classes`` open
+    classes (those of two rows or more) in host memory, a PR table as output (a shard:
+    every statistic, with ``statistics_written``)."""
     width = size.hidden_size + len(offsets) * len(controls)
-    statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1)
+    named_bytes, named_flops = named_needs(
+        named, size=size, batch_tokens=batch_tokens, dtype=dtype, tokens_per_text=tokens_per_text
+    )
+    statistics_flops = 2 * width * width * (size.num_layers * len(norms) + 1) + named_flops
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
     device_bytes = statistics_bytes(size, offsets, norms, controls) + fuzziness_bytes(size, norms)
+    device_bytes += named_bytes
     host_bytes = class_sums_bytes(size, norms, fuzziness_open_classes)
     return model_pass_needs(
         size=size,
@@ -79,3 +88,27 @@ def class_sums_bytes(size: ModelSize, norms: Sequence[str], open_classes: int) -
     width = size.hidden_size
     per_layer_norm = open_classes * width + width * width + width
     return (size.num_layers * len(norms) + 1) * per_layer_norm * 8
+
+
+def named_needs(
+    named: Sequence[ObserverSpec],
+    *,
+    size: ModelSize,
+    batch_tokens: int,
+    dtype: str,
+    tokens_per_text: int,
+) -> tuple[int, float]:
+    """(bytes on the devices, float64 operations per token) of the ``named`` observers of a
+    pass over batches of ``batch_tokens`` tokens in ``dtype``, summed over what each
+    declares (``ObserverSpec.needs``)."""
+    needs = [
+        spec.needs(
+            hidden_size=size.hidden_size,
+            num_layers=size.num_layers,
+            batch_tokens=batch_tokens,
+            dtype_bytes=DTYPE_BYTES[dtype],
+            tokens_per_text=tokens_per_text,
+        )
+        for spec in named
+    ]
+    return sum(bytes_ for bytes_, _ in needs), sum(flops for _, flops in needs)

@@ -1,13 +1,14 @@
 """One equi-learning pass, built in one place for the pipeline's ``equilearning_pass`` rule
 and the Python API (``layerlaws.api.equilearning_law``): the probe's tokens table (He & Su
 Fig. 7: next-token, masked-LM or span-corruption probing), the check that every target
-offset has more regression rows than features, the four observers (``PassObservers``: PR
-statistics, separation fuzziness, token views, held-out evaluation), the model pass over
-them, and their tables.
+offset has more regression rows than features, the observers (``PassObservers``: PR
+statistics, separation fuzziness, token views, held-out evaluation, and the named ones of
+``equilearning.observers``), the model pass over them, and their tables.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.equilearning.statistics import check_enough_rows
 from layerlaws.forward.masking import probe_layers, probe_of, probe_tokens
 from layerlaws.forward.model_pass import run_forward_pass
+from layerlaws.forward.observers import ObserverSpec
 from layerlaws.forward.span_corruption import Seq2SeqVocabulary
 from layerlaws.models.architectures import LayerChoice
 from layerlaws.models.facts import ModelFacts
@@ -39,6 +41,8 @@ class EquilearningPass:
     layers: LayerChoice
     """The states regressed (``probe_layers``: an encoder–decoder's one stack, or both)."""
     observers: PassObservers
+    named: tuple[ObserverSpec, ...] = ()
+    """The named observers' specs (``equilearning.observers``)."""
 
     @classmethod
     def prepare(
@@ -49,11 +53,13 @@ class EquilearningPass:
         settings: EquilearningSettings,
         probe: str = "auto",
         seq2seq: Seq2SeqVocabulary | None = None,
+        named: Sequence[ObserverSpec] = (),
     ) -> EquilearningPass:
         """The pass over ``tokens`` (a tokens table, ``layerlaws.text.tokens``) of a model
         with ``facts`` and ``tokenizer``, probed by ``probe`` (``auto``: the family's own
         task) and, for an encoder–decoder, its ``seq2seq`` vocabulary; its layers are those
-        of ``settings.encoder_decoder`` and ``settings.layer_states`` (``probe_layers``).
+        of ``settings.encoder_decoder`` and ``settings.layer_states`` (``probe_layers``);
+        ``named``: the named observers measured besides (``observer_specs``).
         Raises LayerlawsError, before any model runs, on a probe the family cannot take or
         an offset with no more rows than the hidden size."""
         probe = probe_of(probe, facts.model_type)
@@ -72,13 +78,13 @@ class EquilearningPass:
             seq2seq=seq2seq,
         )
         check_enough_rows(probed, settings.offsets, facts.hidden_size)
-        observers = PassObservers.build(probed, facts, tokenizer, settings, probe)
-        return cls(probed, facts, tokenizer, settings, probe, layers, observers)
+        observers = PassObservers.build(probed, facts, tokenizer, settings, probe, named)
+        return cls(probed, facts, tokenizer, settings, probe, layers, observers, tuple(named))
 
     def fresh_observers(self) -> PassObservers:
         """Another set of the pass's observers, empty (a shard's, to merge into)."""
         return PassObservers.build(
-            self.tokens, self.facts, self.tokenizer, self.settings, self.probe
+            self.tokens, self.facts, self.tokenizer, self.settings, self.probe, self.named
         )
 
     def run(

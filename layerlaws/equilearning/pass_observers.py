@@ -1,16 +1,20 @@
 """The observers of an equi-learning pass, built from its tokens table and settings, and
 the tables they write: the PR statistics (He & Su's law), separation fuzziness (Fig. S8),
-the token views (Fig. 2, S1–S6) and the held-out evaluation of the model's own head."""
+the token views (Fig. 2, S1–S6), the held-out evaluation of the model's own head, and the
+named observers (``equilearning.observers``: the built-in geometry, a researcher's own;
+``layerlaws.forward.observers``), one table each."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.equilearning.evaluation import HeldOutEvaluation
 from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
 from layerlaws.equilearning.settings import EquilearningSettings
@@ -23,6 +27,7 @@ from layerlaws.equilearning.token_views import (
 )
 from layerlaws.forward.masking import TARGET_OFFSETS, probe_of
 from layerlaws.forward.model_pass import LogitObserver, Observer
+from layerlaws.forward.observers import NamedObserver, ObserverSpec
 from layerlaws.models.facts import ModelFacts
 from layerlaws.text.spans import token_spans, tokenizer_fingerprint
 
@@ -31,7 +36,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PassObservers:
-    """The four observers of one pass (or one shard of it)."""
+    """The observers of one pass (or one shard of it): the four of He & Su's measures and
+    the named ones."""
 
     statistics: EquilearningStatistics
     fuzziness: SeparationFuzziness
@@ -40,6 +46,8 @@ class PassObservers:
     evaluated: bool
     """Whether the model's head is evaluated (``evaluation`` observes the logits); if not,
     its table is one row of NaN."""
+    named: dict[str, NamedObserver] = field(default_factory=dict)
+    """The named observers by name, in the config's order."""
 
     @classmethod
     def build(
@@ -49,9 +57,11 @@ class PassObservers:
         tokenizer: Any,
         settings: EquilearningSettings,
         probe: str,
+        named: Sequence[ObserverSpec] = (),
     ) -> PassObservers:
         """Observers of a pass over ``tokens`` (a probed tokens table,
-        ``layerlaws.forward.masking.probe_tokens``) under ``probe``."""
+        ``layerlaws.forward.masking.probe_tokens``) under ``probe``, with the ``named``
+        observers."""
         target_offset = TARGET_OFFSETS[probe]
         present = present_ids(tokens, settings.offsets) if settings.shuffle == "present" else None
         statistics = EquilearningStatistics(
@@ -70,6 +80,9 @@ class PassObservers:
             token_spans(tokens, tokenizer) if evaluated else None,
             tokenizer_fingerprint(tokenizer),
         )
+        names = [spec.name for spec in named]
+        if len(set(names)) < len(names):
+            raise LayerlawsError(f"the named observers {names} repeat a name; give each its own")
         classes = counted_classes(tokens, settings.fuzziness, target_offset)
         views = settings.token_views
         return cls(
@@ -83,12 +96,13 @@ class PassObservers:
             ),
             evaluation,
             evaluated,
+            {spec.name: spec.build(facts.num_layers) for spec in named},
         )
 
     @property
     def observers(self) -> list[Observer]:
         """Those that observe the layers' states."""
-        return [self.statistics, self.fuzziness, self.views]
+        return [self.statistics, self.fuzziness, self.views, *self.named.values()]
 
     @property
     def logit_observers(self) -> list[LogitObserver]:
@@ -108,6 +122,10 @@ class PassObservers:
             "fuzziness": self.fuzziness.table(settings.cutoff),
             "token_views": self.views.table(settings.token_views.groups),
         }
+
+    def named_tables(self) -> dict[str, pl.DataFrame]:
+        """The named observers' tables by name (``observers/<name>.csv``)."""
+        return {name: observer.table() for name, observer in self.named.items()}
 
     def token_states(self) -> dict[str, np.ndarray]:
         """The token views' kept states (``TokenViews.arrays``)."""

@@ -7,8 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import StageSettings, settings_of
+from layerlaws.forward.observers import ObserverSpec
 from layerlaws.forward.settings import MaskingSettings
+from layerlaws.geometry.costs import GeometryCosts
+
+BUILT_IN_OBSERVERS = {"geometry": ("layerlaws.geometry.observer:GeometryObserver", GeometryCosts)}
+"""The named observers that come with the package, by name: their class and its torch-free
+part (settings class and costs). Each reads its settings from the ``equilearning`` block's
+key of its name (``equilearning.geometry``)."""
 
 
 @settings_of("equilearning.fuzziness")
@@ -60,3 +68,46 @@ def run_settings(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
     groups = config["datasets"][dataset].get("token_view_groups")
     views = block["token_views"] if groups is None else {**block["token_views"], "groups": groups}
     return EquilearningSettings.params(block, token_views=views)
+
+
+def observer_specs(block: Mapping[str, Any], model: str | None = None) -> tuple[ObserverSpec, ...]:
+    """The named observers of an ``equilearning`` block (its ``observers``: a built-in's name,
+    or a block of name, class, settings and models), those of every run, or with ``model``
+    (a measured model's key) those that measure its runs: the entries without ``models``
+    and those naming it, the model it is a revision of or the training it is a checkpoint
+    of. Raises a LayerlawsError naming the entry on a name given twice, a block without a
+    class whose name is no built-in's, a plug-in named as a built-in, or settings given
+    to a built-in."""
+    specs, names = [], set()
+    for index, entry in enumerate(block.get("observers", ())):
+        key = f"equilearning.observers[{index}]"
+        entry = {"name": entry} if isinstance(entry, str) else entry
+        name = entry["name"]
+        if name in names:
+            raise LayerlawsError(
+                f"{key}.name: {name!r} names two observers; each table needs a name of its own"
+            )
+        names.add(name)
+        if "class" in entry:
+            if name in BUILT_IN_OBSERVERS:
+                raise LayerlawsError(
+                    f"{key}.name: {name!r} is a built-in observer's name; give yours another"
+                )
+            spec = ObserverSpec(name, entry["class"], entry.get("settings", {}), key)
+        elif name not in BUILT_IN_OBSERVERS:
+            raise LayerlawsError(
+                f"{key}: {name!r} is no built-in observer ({', '.join(BUILT_IN_OBSERVERS)}); "
+                f"name your observer's class (class: 'package.module:Class')"
+            )
+        elif "settings" in entry:
+            raise LayerlawsError(
+                f"{key}.settings: the built-in {name} reads its settings from equilearning.{name}"
+            )
+        else:
+            source, declared = BUILT_IN_OBSERVERS[name]
+            settings = block.get(name, {})
+            spec = ObserverSpec(name, source, settings, key, declared, f"equilearning.{name}")
+        chosen = entry.get("models")
+        if model is None or chosen is None or model.split("@")[0] in chosen:
+            specs.append(spec)
+    return tuple(specs)

@@ -15,7 +15,8 @@ states)`` for layers 0..L in order, with ``states`` (n_text_tokens, hidden_size)
 compute dtype on the device that layer runs on (``layerlaws.models.blocks.layer_states`` says
 where each layer is taken). Logit observers get ``begin_batch`` too, then
 ``observe_logits(logits)`` with the model's output logits of the same rows
-(n_text_tokens, vocab_size), after layer L.
+(n_text_tokens, vocab_size), after layer L. The interface, for an observer of one's own,
+is ``layerlaws.forward.observers``.
 
 A batch that runs out of device memory is split in halves and retried, recursively.
 Layers are observed atomically: an observer's ``observe`` either completes or leaves no
@@ -39,7 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -49,6 +50,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.forward.batching import CPU_BATCH_SIZE, gpu_batch_size
+from layerlaws.forward.observers import LogitObserver, Observer, progress_of, restore
 from layerlaws.models.architectures import BLOCK_INPUTS, LayerChoice, layer_count
 from layerlaws.models.architectures import encoder_layers as encoder_layer_count
 from layerlaws.models.blocks import layer_states
@@ -264,54 +266,6 @@ def _encoder_inputs(ids: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
         input_ids[row, : len(sequence)] = torch.from_numpy(sequence.astype(np.int64))
         attention[row, : len(sequence)] = 1
     return {"encoder_input_ids": input_ids, "encoder_attention_mask": attention}
-
-
-class Observer(Protocol):
-    """Receives the states of a forward pass."""
-
-    progress_attributes: tuple[str, ...]
-    """The attributes holding what the observer has merged: saved and restored as they
-    are (tensors on their device) when a pass is resumed."""
-
-    def begin_batch(self, batch: Batch) -> None:
-        """The rows the next ``observe`` calls hold, in order."""
-
-    def observe(self, layer: int, states: torch.Tensor) -> None:
-        """States of layer ``layer`` (n_text, hidden_size) of the current batch; must
-        either complete or change nothing (it may be called again after an out-of-memory
-        error)."""
-
-    def merge_(self, other: Any) -> None:
-        """Merge what ``other`` (an observer built alike, of a pass over other sequences:
-        another shard) has merged, as if this observer had seen its rows too."""
-
-
-class LogitObserver(Protocol):
-    """Receives the output logits of a forward pass."""
-
-    progress_attributes: tuple[str, ...]
-    """As ``Observer.progress_attributes``."""
-
-    def begin_batch(self, batch: Batch) -> None:
-        """The rows the next ``observe_logits`` call holds, in order."""
-
-    def observe_logits(self, logits: torch.Tensor) -> None:
-        """Logits (n_text, vocab_size) of the current batch's rows; must either complete
-        or change nothing."""
-
-    def merge_(self, other: Any) -> None:
-        """As ``Observer.merge_``."""
-
-
-def progress_of(observer: Observer | LogitObserver) -> dict[str, Any]:
-    """What ``observer`` has merged: its ``progress_attributes`` by name."""
-    return {name: getattr(observer, name) for name in observer.progress_attributes}
-
-
-def restore(observer: Observer | LogitObserver, progress: dict[str, Any]) -> None:
-    """Set what ``observer`` has merged to ``progress`` (``progress_of`` another)."""
-    for name, value in progress.items():
-        setattr(observer, name, value)
 
 
 class BatchOutOfMemory(Exception):

@@ -71,3 +71,13 @@ def flops_per_token(
     pooled = 2 * d * d / tokens_per_text if settings.dataset_rows == "texts" else 0.0
     per_layer = 2 * d * d + 2 * width * d + 4 / 3 * width**3 / tokens_per_text + pooled + 12 * d
     return (num_layers + 1) * per_layer + len(settings.layer_pairs(num_layers)) * 2 * d * d
+
+
+class GeometryCosts:
+    """The geometry observer's torch-free part (``layerlaws.forward.observers``): its
+    settings class and its costs. ``GeometryObserver`` inherits them, so the workflow
+    plans the observer from here without importing torch."""
+
+    settings_class = GeometrySettings
+    bytes_on_device = staticmethod(bytes_on_device)
+    flops_per_token = staticmethod(flops_per_token)

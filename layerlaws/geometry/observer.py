@@ -1,6 +1,6 @@
-"""The representation geometry of every layer, streamed from the model pass: an observer
-(``layerlaws.forward.model_pass.Observer``) that adds up float64 sums on each layer's
-device and turns them into one table row per layer.
+"""The representation geometry of every layer, streamed from the model pass: a named
+observer (``layerlaws.forward.observers``) that adds up float64 sums on each layer's device
+and turns them into one table row per layer.
 
 What each layer's rows x (its text tokens' states, d wide) add up to:
 
@@ -170,13 +170,12 @@ class _Texts:
         )
 
 
-class GeometryObserver:
+class GeometryObserver(costs.GeometryCosts):
     """The representation geometry of layers 0..``num_layers``, streamed from a model
-    pass (an Observer); ``table()`` gives one row per layer. See the module docstring."""
+    pass (a named observer, ``layerlaws.forward.observers``); ``table()`` gives one row
+    per layer. See the module docstring."""
 
     progress_attributes = ("layers", "cross")
-    bytes_on_device = staticmethod(costs.bytes_on_device)
-    flops_per_token = staticmethod(costs.flops_per_token)
 
     def __init__(self, settings: GeometrySettings, num_layers: int) -> None:
         self.settings, self.num_layers = settings, num_layers

@@ -1,33 +1,33 @@
-"""What the geometry observer measures, where a paper leaves a choice (torch-free)."""
+"""What the geometry observer measures, where a paper leaves a choice (torch-free): the
+config's ``equilearning.geometry`` block, its defaults the schema's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import StageSettings, allowed, settings_of
 
-DATASET_ROWS = ("texts", "tokens")
+DATASET_ROWS = allowed("equilearning.geometry.dataset_rows")
 
 
-@dataclass(frozen=True)
-class GeometrySettings:
+@settings_of("equilearning.geometry")
+class GeometrySettings(StageSettings):
     """The choices of ``layerlaws.geometry.observer.GeometryObserver``; the defaults are the
-    papers' (each field says whose)."""
+    papers' (each field says whose). Built by keyword (the config block's keys)."""
 
-    entropy_alpha: float = 1.0
+    entropy_alpha: float
     """Order α of the matrix-based Rényi entropy of Skean et al. (2025, §3) for the prompt
     and dataset entropy; 1 (the default, theirs) is its limit −Σ p log p."""
-    dataset_rows: str = "texts"
+    dataset_rows: str
     """The rows of the dataset entropy's matrix: ``texts``, each text's mean token state
     (Skean et al.'s dataset entropy, on mean-pooled prompts), or ``tokens``, every token
     state (the spectrum of the layer's uncentred second moment; costs no extra memory)."""
-    alpha_req_ranks: tuple[int, int] = (6, 100)
+    alpha_req_ranks: tuple[int, int]
     """First and last rank (1 = the largest eigenvalue) of the covariance eigenvalues that
     α-ReQ's power law is fitted to, weighted by 1/rank (Agrawal et al. 2022, as their
     released code fits it, after Stringer et al. 2019); cut to the covariance's rank."""
-    rankme_epsilon: float = 1e-7
+    rankme_epsilon: float
     """The ε added to each normalised singular value in RankMe (Garrido et al. 2023, §3)."""
-    cka_against_last: bool = True
+    cka_against_last: bool
     """Also linear CKA between each layer and the last: keeps every layer's batch states
     until the last layer's arrive (see ``layerlaws.geometry.costs``)."""
 
@@ -40,6 +40,9 @@ class GeometrySettings:
         return sorted(consecutive | (last if self.cka_against_last else set()))
 
     def __post_init__(self) -> None:
+        # As the config gives them (a list) or as written (a tuple): one frozen tuple.
+        object.__setattr__(self, "alpha_req_ranks", tuple(self.alpha_req_ranks))
+        object.__setattr__(self, "entropy_alpha", float(self.entropy_alpha))
         if not self.entropy_alpha > 0:
             raise LayerlawsError(
                 f"geometry entropy_alpha is {self.entropy_alpha}; the Rényi entropy's order "
@@ -49,8 +52,8 @@ class GeometrySettings:
             raise LayerlawsError(
                 f"geometry dataset_rows is {self.dataset_rows!r}; choose one of {DATASET_ROWS}"
             )
-        first, last = self.alpha_req_ranks
-        if not 1 <= first < last:
+        first, last = (*self.alpha_req_ranks, 0, 0)[:2]
+        if len(self.alpha_req_ranks) != 2 or not 1 <= first < last:
             raise LayerlawsError(
                 f"geometry alpha_req_ranks is {self.alpha_req_ranks}; give two ranks "
                 f"1 <= first < last (the paper's code fits ranks 6 to 100)"

@@ -94,6 +94,10 @@ class Layout:
         """What one shard's observers merged."""
         return f"{self.equilearning_shards(model, dataset)}/{shard}.pt"
 
+    def equilearning_observers(self, model: str = MODEL, dataset: str = DATASET) -> str:
+        """The named observers' tables of a run, ``<name>.csv`` (``equilearning.observers``)."""
+        return f"{self.equilearning(model, dataset)}/observers"
+
     def evaluation(self, model: str = MODEL, dataset: str = DATASET) -> str:
         """A run's evaluation table (loss and accuracy of the probing task)."""
         return f"{self.root}/evaluation/{model}/{dataset}.csv"
@@ -173,6 +177,7 @@ class Layout:
                 "hidden",
                 "equilearning",
                 "equilearning_shards",
+                "equilearning_observers",
                 "equilearning_summary",
                 "signatures",
                 "corpus_comparison",

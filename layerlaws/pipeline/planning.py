@@ -26,6 +26,7 @@ from layerlaws.core.dtypes import DTYPE_BYTES
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.costs import coupling_merge_needs, coupling_needs
 from layerlaws.equilearning.costs import equilearning_pass_needs
+from layerlaws.equilearning.settings import observer_specs
 from layerlaws.forward.batching import CPU_BATCH_SIZE
 from layerlaws.forward.costs import (
     HOST_BASE_MB,
@@ -147,10 +148,13 @@ class JobPlanner:
         statistics): of an encoder–decoder, the part of it the pass runs and the layers it
         regresses (``ModelSize.running``: under ``equilearning.encoder_decoder: one_stack``
         the encoder alone under next-token probing, the decoder's layers of the whole model
-        under span corruption)."""
+        under span corruption); with what its named observers declare
+        (``equilearning.observers``) for texts of ``longest`` tokens."""
         settings = self.config["equilearning"]
         probe = self._model(model).get("probe", "auto")
         return equilearning_pass_needs(
+            named=observer_specs(settings, model),
+            tokens_per_text=longest,
             size=size.running(regressed_stack(probe, settings["encoder_decoder"])),
             dtype=self._model(model)["dtype"],
             n_tokens=-(-tokens // shards),

@@ -36,7 +36,11 @@ class Stage:
 
 STAGES = (
     Stage(training.outputs, config_checks=(training.check_trainings,)),
-    Stage(equilearning.outputs, expanded_checks=(equilearning.check_runs,)),
+    Stage(
+        equilearning.outputs,
+        config_checks=(equilearning.check_observers,),
+        expanded_checks=(equilearning.check_runs,),
+    ),
     Stage(
         signatures.outputs,
         config_checks=(signatures.check_own_corpus,),

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from layerlaws.equilearning.workflow import measures_geometry
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.preflight import prepared_models
@@ -263,13 +264,14 @@ class Targets:
     def series_inputs(self, series: str) -> dict[str, str]:
         """Every file a series' summary reads, by input name: per member i ``facts_i``
         (its prepared model), ``law_i_j`` and ``evaluation_i_j`` (its run on the series'
-        j-th dataset), and ``depth_i``, ``trajectories_i``, ``rcos_i`` when measured."""
+        j-th dataset), ``geometry_i_j`` (that run's observers' folder) where it measures
+        geometry, and ``depth_i``, ``trajectories_i``, ``rcos_i`` when measured."""
         inputs = {}
         for member in self.series_summary_members(series):
             for name, value in member.items():
                 if name in ("facts", "depth", "trajectories", "rcos") and value is not None:
                     inputs[value] = self._series_path(series, member["model"], name)
-                elif name in ("law", "evaluation"):
+                elif name in ("law", "evaluation", "geometry"):
                     for dataset, input_name in value.items():
                         inputs[input_name] = self._series_path(
                             series, member["model"], name, dataset
@@ -285,6 +287,8 @@ class Targets:
                 return f"{self.layout.equilearning(model, dataset)}/law.csv"
             case "evaluation":
                 return self.layout.evaluation(model, dataset)
+            case "geometry":
+                return self.layout.equilearning_observers(model, dataset)
             case "depth":
                 return f"{self.layout.coupling(model, prompts)}/depth.csv"
             case "trajectories":
@@ -295,7 +299,7 @@ class Targets:
     def series_summary_members(self, series: str) -> list[dict[str, Any]]:
         """Per member of a series: its model, x, scores and training tokens (None when not
         given), and the input names of what was measured on it (None: not measured), as
-        ``series_inputs`` names them."""
+        ``series_inputs`` names them; ``geometry`` only for a member that measures it."""
         settings = self.config["series"][series]
         members = []
         for index, member in enumerate(self.expanded.series[series]):
@@ -318,6 +322,11 @@ class Targets:
                     "rcos": None if corpus is None else f"rcos_{index}",
                 }
             )
+            # Only where measured, so that the other series' params stay as they were.
+            if measures_geometry(self.config, model):
+                members[-1]["geometry"] = {
+                    d: f"geometry_{index}_{j}" for j, d in enumerate(settings["datasets"])
+                }
         return members
 
 

@@ -36,6 +36,11 @@ QUANTITY_LABELS = {
     "accuracy": "top-1 accuracy",
     "bits_per_byte": "bits per byte",
     "bits_per_character": "bits per character",
+    "effective_rank_last": "effective rank at layer L",
+    "alpha_req_last": "α-ReQ α at layer L",
+    "dataset_entropy_last": "dataset entropy at layer L",
+    "anisotropy_last": "anisotropy at layer L",
+    "cka_previous_mean": "mean CKA with the previous layer",
     "lss_mean": "mean line-shape score",
     "lss_median": "median line-shape score",
     "expodistance_mean": "mean expodistance",
@@ -55,6 +60,11 @@ PER_DATASET = (
     "accuracy",
     "bits_per_byte",
     "bits_per_character",
+    "effective_rank_last",
+    "alpha_req_last",
+    "dataset_entropy_last",
+    "anisotropy_last",
+    "cka_previous_mean",
 )
 """Quantities measured on each probing dataset (one line per dataset)."""
 X_LABELS = {
@@ -95,9 +105,9 @@ DRAWN_METRICS = (PAPER_METRIC, "unnormalised")
 
 def quantities_of(summary: pl.DataFrame) -> list[str]:
     """The summary's columns drawn against x, in order: the law, the held-out evaluation,
-    the trajectories' means, R_cos, the coupling by ``DRAWN_METRICS`` over all layer
-    pairs at each K, the scores (the summary also holds the medians, the off-diagonal
-    means and the released code's metrics)."""
+    the representation geometry (where measured), the trajectories' means, R_cos, the
+    coupling by ``DRAWN_METRICS`` over all layer pairs at each K, the scores (the summary
+    also holds the medians, the off-diagonal means and the released code's metrics)."""
     ordered = [c for c in QUANTITY_LABELS if c in summary.columns and not c.endswith("_median")]
     coupling = [
         c

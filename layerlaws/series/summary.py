@@ -27,6 +27,11 @@ Columns (absent stages leave theirs out):
   trajectories, and the same of the random twin's with the suffix ``_random`` (for a
   checkpoint, its step-0 weights);
 - ``rcos_we_next`` = R_cos(W_E, φ_next), ``rcos_wu_pre`` = R_cos(W_U, φ_pre);
+- where the member's runs measure the representation geometry (``equilearning.observers``
+  names ``geometry``; ``layerlaws.geometry``), per dataset: ``effective_rank_last``,
+  ``alpha_req_last``, ``dataset_entropy_last`` and ``anisotropy_last``, those of the last
+  layer L, and ``cka_previous_mean``, the linear CKA of each layer with the previous one
+  averaged over layers 1..L (how much a block changes the states, on average);
 - ``score_<name>`` for every external score of the model.
 
 The fits (``fits.csv``) take as held-out measure the loss when the members in the fits
@@ -55,6 +60,8 @@ from layerlaws.series.settings import ALL_MEMBERS
 
 LAW_COLUMNS = ("rho", "pearson", "pr_first", "pr_last", "overall_decay")
 EVALUATION_COLUMNS = ("loss", "perplexity", "accuracy", "bits_per_byte", "bits_per_character")
+GEOMETRY_LAST = ("effective_rank", "alpha_req", "dataset_entropy", "anisotropy")
+"""The geometry quantities a summary takes at the last layer (``<name>_last``)."""
 
 
 def law_columns(path: str, norm: str, offset: int = NEXT_TOKEN) -> dict[str, float]:
@@ -64,6 +71,16 @@ def law_columns(path: str, norm: str, offset: int = NEXT_TOKEN) -> dict[str, flo
         (pl.col("offset") == offset) & (pl.col("norm") == norm) & (pl.col("control") == "none")
     )
     return {column: float(law[column][0]) for column in LAW_COLUMNS}
+
+
+def geometry_columns(folder: str) -> dict[str, float]:
+    """The geometry columns of a run (see the module docstring) from its observers' folder
+    (``observers/geometry.csv``)."""
+    table = pl.read_csv(Path(folder) / "geometry.csv").sort("layer")
+    last = table.row(len(table) - 1, named=True)
+    columns = {f"{name}_last": float(last[name]) for name in GEOMETRY_LAST}
+    previous = table.filter(pl.col("layer") >= 1)["cka_previous"]
+    return columns | {"cka_previous_mean": float(previous.mean())}
 
 
 def evaluation_columns(path: str) -> dict[str, Any]:
@@ -191,7 +208,8 @@ def series_summary(
     """The summary of a series from its members' outputs. Each member is a mapping:
     ``model``, ``x`` (None for ``parameters``: read from the facts), ``facts`` (path of
     ``layerlaws_model.json``), ``scores``, ``training_tokens`` (an int, or None or absent
-    when unknown), ``law`` and ``evaluation`` ({dataset: path}), and ``depth``,
+    when unknown), ``law`` and ``evaluation`` ({dataset: path}), ``geometry`` ({dataset:
+    the run's observers' folder}; absent when not measured), and ``depth``,
     ``trajectories``, ``rcos`` (a path or None). Members named in ``exclude_from_fits``
     (see ``excluded_members``) have ``in_fits`` false."""
     excluded = excluded_members([member["model"] for member in members], exclude_from_fits)
@@ -222,6 +240,8 @@ def series_summary(
             if dataset is not None:
                 row |= law_columns(member["law"][dataset], norm, TARGET_OFFSETS[probe])
                 row |= evaluation_columns(member["evaluation"][dataset])
+            if dataset in member.get("geometry", {}):
+                row |= geometry_columns(member["geometry"][dataset])
             rows.append(row | measured | scores)
     return pl.DataFrame(rows, infer_schema_length=None)
 

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
+from observer_example import EXAMPLE, write_example
 from snakemake.utils import validate
 from snakemake_runs import snakemake, write_config
 
@@ -19,6 +20,9 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import SCHEMA_FILE
 from layerlaws.forward.costs import ModelSize
 from layerlaws.forward.kept_states import storage_dtype
+from layerlaws.geometry.costs import accumulator_bytes
+from layerlaws.geometry.observer import GeometryObserver
+from layerlaws.geometry.settings import GeometrySettings
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, runtime_overruns
@@ -129,6 +133,50 @@ def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
     for distinct in (100, 2500):
         expected = few + class_sums_mb(1000 - repeated(100))
         assert host_mb("frequent", distinct) == pytest.approx(expected, abs=1)
+
+
+def test_a_pass_plans_what_its_named_observers_declare(tmp_path, monkeypatch):
+    """``equilearning.observers`` adds to a pass's GPU memory what each observer declares
+    (the geometry's from its torch-free costs, the docs' example's float64 copy of a
+    layer's batch states), for batches of 16 texts of 128 tokens, and to its runtime on a
+    CPU their float64 work; entries whose ``models`` do not name the model add nothing."""
+    write_example(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    config = validated("config.yaml")
+    layout = Layout(str(tmp_path / "results"))
+    Path(layout.model("smollm2-135m")).mkdir(parents=True)
+    Path(layout.model_facts("smollm2-135m")).write_text(json.dumps(SMOLLM2))
+    wildcards = SimpleNamespace(model="smollm2-135m", dataset="wiki-science")
+    inputs = SimpleNamespace(
+        model=layout.model("smollm2-135m"), tokens=layout.tokens("smollm2-135m", "wiki-science")
+    )
+
+    def planned(observers, device="auto"):
+        changed = copy.deepcopy(config)
+        changed["equilearning"]["observers"] = observers
+        changed["execution"]["device"] = device
+        return JobPlanner.from_config(changed, layout).equilearning_pass(wildcards, inputs)
+
+    example = {"name": "mean_norm", "class": f"{EXAMPLE}:MeanNorm"}
+    bare, geometry = planned([]), planned(["geometry"])
+    both = planned(["geometry", example])
+    elsewhere = planned(
+        [{"name": "geometry", "models": ["wiki-llama"]}, {**example, "models": ["wiki-llama"]}]
+    )
+    batch_tokens, width = 16 * 128, SMOLLM2["hidden_size"]
+    declared = GeometryObserver.bytes_on_device(
+        GeometrySettings(),
+        hidden_size=width,
+        num_layers=SMOLLM2["num_layers"],
+        batch_tokens=batch_tokens,
+        dtype_bytes=4,
+        tokens_per_text=128,
+    )
+    assert declared > accumulator_bytes(GeometrySettings(), hidden_size=width, num_layers=30)
+    assert geometry.gpu_mb - bare.gpu_mb == pytest.approx(declared / 2**20, abs=1)
+    assert both.gpu_mb - geometry.gpu_mb == pytest.approx(8 * batch_tokens * width / 2**20, abs=1)
+    assert planned(["geometry"], "cpu").runtime > planned([], "cpu").runtime
+    assert elsewhere == bare
 
 
 def test_a_sharded_plan_names_the_shard_rules_that_run_the_work(tmp_path):

@@ -102,6 +102,58 @@ def test_training_series_summary(series_run):
     assert facts["num_layers"] == 2 and facts["hidden_size"] == 16
 
 
+def test_the_training_series_measures_geometry_as_an_observer_run_here(series_run):
+    """``equilearning.observers: [{name: geometry, models: [tiny]}]``: each checkpoint's run
+    writes ``observers/geometry.csv``, equal to a GeometryObserver run in this process over
+    the run's tokens in the same batches, and its figure; the summary takes its last layer
+    and mean CKA; the other series' models measure none."""
+    from layerlaws.forward.model_pass import run_forward_pass
+    from layerlaws.geometry.observer import GeometryObserver
+    from layerlaws.geometry.settings import GeometrySettings
+    from layerlaws.models.facts import read_facts
+    from layerlaws.models.loading import load_model
+
+    results = series_run / "results"
+    summary = pl.read_csv(results / "series/tiny/summary.csv")
+    for model in ("tiny@step0", "tiny@step8"):
+        folder = results / "models" / model
+        facts = read_facts(folder)
+        tokens = pl.read_parquet(results / f"tokens/{model}/mini.parquet")
+        observer = GeometryObserver(GeometrySettings(), facts.num_layers)
+        run = load_model(folder, "float32", "cpu")
+        run_forward_pass(run, facts, tokens, [observer], 8, "cpu", progress=False)
+        expected = observer.table()
+        found = pl.read_csv(results / f"equilearning/{model}/mini/observers/geometry.csv")
+        assert found.columns == expected.columns and found.height == facts.num_layers + 1
+        assert np.isfinite(expected["effective_rank"].to_numpy()).all()
+        for column in expected.columns:
+            np.testing.assert_allclose(
+                found[column].to_numpy(), expected[column].to_numpy(), rtol=1e-9, err_msg=column
+            )
+        assert (results / f"equilearning/{model}/mini/geometry.svg").stat().st_size > 1000
+        row = summary.filter(pl.col("model") == model).row(0, named=True)
+        last = expected.row(facts.num_layers, named=True)
+        for name in ("effective_rank", "alpha_req", "dataset_entropy", "anisotropy"):
+            assert row[f"{name}_last"] == pytest.approx(last[name], rel=1e-9), name
+        mean = expected["cka_previous"][1:].mean()
+        assert row["cka_previous_mean"] == pytest.approx(mean, rel=1e-9)
+    family = pl.read_csv(results / "series/family/summary.csv")
+    assert "effective_rank_last" not in family.columns
+    assert not list((results / "equilearning/tiny-llama/mini/observers").glob("*.csv"))
+    assert not (results / "equilearning/tiny-llama/mini/geometry.svg").exists()
+
+
+def test_changing_the_geometry_reruns_only_the_passes_that_measure_it(
+    series_run, series_config, tmp_path
+):
+    """A geometry setting is a param of the passes that measure it (the three checkpoints'
+    runs), not of the others."""
+    config = copy.deepcopy(series_config)
+    config["equilearning"]["geometry"] = {"entropy_alpha": 2.0}
+    jobs = scheduled_jobs(series_run, configfile=write_config(tmp_path, config))
+    assert jobs["equilearning_pass"] == 3 and jobs["plot_geometry"] == 3, jobs
+
+
 def test_checkpoints_share_counts_and_couple_against_their_initialisation(series_run):
     results = series_run / "results"
     # The training corpus is counted once, over the sequences the training read

@@ -119,6 +119,20 @@ CASES = [
          changed(coupling={"prompts": {"few": {"texts": ["a b"]}}, "ks": [10, 50],
                            "runs": [{"model": "tiny-llama", "prompts": "few"}]}),
          "coupling.ks holds K = 50, more singular vectors than the model's hidden size 24"),
+    Case("an observer file that is not there",
+         deeper("equilearning.observers", [{"name": "mine", "class": "plugins/mine.py:Mine"}]),
+         "equilearning.observers[0].class: no file plugins/mine.py (a path is read from the "
+         "working directory"),
+    Case("an observer module not installed",
+         deeper("equilearning.observers", [{"name": "mine", "class": "no_such_stats.mine:Mine"}]),
+         "equilearning.observers[0].class: no module 'no_such_stats.mine' to import; install"),
+    Case("an observer of an unknown model",
+         deeper("equilearning.observers", [{"name": "geometry", "models": ["gpt5"]}]),
+         "equilearning.observers[0].models: 'gpt5' is no key of models or training"),
+    Case("a built-in observer's bad settings",
+         changed(equilearning={"observers": ["geometry"],
+                               "geometry": {"alpha_req_ranks": [100, 6]}}),
+         "equilearning.geometry: geometry alpha_req_ranks is (100, 6); give two ranks"),
 ]  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """Fault injection through real Snakemake runs: the shards of a model pass and an
 ``extract_hidden`` job each killed with SIGKILL right after their first progress save
 (``tests/fault_injection``) resume when Snakemake runs again and end with the outputs of an
-uninterrupted run."""
+uninterrupted run; a plug-in observer (docs/observers.md's example, saved beside the
+config) is sharded and resumed with the pass's own."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 from fault_injection import killed_saves, killing_environment
+from observer_example import EXAMPLE, write_example
 from snakemake_runs import run_ok, snakemake, write_config
 
 from layerlaws.forward.kept_states import HiddenStates
@@ -27,13 +29,16 @@ def test_killed_model_passes_resume_to_the_uninterrupted_outputs(finished, base_
     """The tiny Llama's pass in two shards (``equilearning.shards: 2``) and its
     ``extract_hidden`` job, each killed after its first save, resumed, the shards merged:
     the kept states bit for bit, the pass's tables within float32 rounding of the states
-    (a text's states depend on the batch it is padded in). (The one-job pass's resume is
-    tested through SLURM's requeue, ``tests/workflow/test_slurm.py``.)"""
+    (a text's states depend on the batch it is padded in); the plug-in's table equal to
+    its own reference, the mean of |x|² of every layer's kept states. (The one-job pass's
+    resume is tested through SLURM's requeue, ``tests/workflow/test_slurm.py``.)"""
     workdir = tmp_path / "killed"
     shutil.copytree(finished, workdir, symlinks=True)
     # Saves after every batch (40 texts in batches of 8: five); the batches as finished ran.
     execution = {**base_config["execution"], "checkpoint_minutes": 0}
-    equilearning = {**base_config["equilearning"], "shards": 2}
+    write_example(workdir)
+    plugin = {"name": "mean_norm", "class": f"{EXAMPLE}:MeanNorm", "settings": {"power": 2}}
+    equilearning = {**base_config["equilearning"], "shards": 2, "observers": [plugin]}
     write_config(workdir, {**base_config, "execution": execution, "equilearning": equilearning})
     again = ["--forcerun", "extract_hidden", "--keep-going"]
     targets = [f"{PASS}/pr.csv", HIDDEN]
@@ -75,5 +80,12 @@ def test_killed_model_passes_resume_to_the_uninterrupted_outputs(finished, base_
     assert resumed.rows.equals(uninterrupted.rows)
     for layer in range(uninterrupted.metadata["num_layers"] + 1):
         assert np.array_equal(resumed.layer(layer), uninterrupted.layer(layer)), layer
+    mean_norm = pl.read_csv(workdir / PASS / "observers/mean_norm.csv")
+    layers = range(uninterrupted.metadata["num_layers"] + 1)
+    kept = [uninterrupted.layer(layer).astype(np.float64) for layer in layers]
+    assert mean_norm["layer"].to_list() == list(layers)
+    assert mean_norm["n_rows"].to_list() == [len(states) for states in kept]
+    expected = [np.mean(np.sum(states**2, axis=1)) for states in kept]
+    np.testing.assert_allclose(mean_norm["mean"].to_numpy(), expected, rtol=1e-5)
     assert not (workdir / PASS / "shards/.resume").exists()
     assert not (workdir / "results/hidden/tiny-llama/.resume").exists()
