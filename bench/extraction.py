@@ -7,12 +7,17 @@ Every measurement runs in a fresh process, so its peak resident memory is its ow
 pass is measured with the paper's norm alone and with all three norms. On SmolLM2 it is
 also measured with the tokens doubled (the peak memory should not grow), and one pass
 keeps its states so that every PR (layers, offsets, norms) can be compared with float64
-``numpy.linalg.lstsq`` on the same rows (``bench/regression.py``'s reference).
+``numpy.linalg.lstsq`` on the same rows (``bench/regression.py``'s reference). On SmolLM2
+the pass is measured once more with the representation geometry besides
+(``layerlaws.geometry``, its default settings: every quantity, CKA against the previous
+and the last layer), and once with each observer's ``observe`` timed to say where the
+time goes (a separate process: the timing synchronises the device).
 
 Usage: .venv/bin/python bench/extraction.py [device] [dtype]     (cpu float32 by default)
-The last line: vs_bare_forward (SmolLM2, the paper's norm alone: bare seconds / pass
-seconds), pr_max_abs_diff (SmolLM2, every norm), peak_host_mb (that pass), output_mb (what
-the pass writes: pr.csv and pass.json).
+The last line: vs_bare_forward (SmolLM2, the papers' statistics under the paper's norm
+alone: bare seconds / pass seconds), pr_max_abs_diff (SmolLM2, every norm), peak_host_mb
+(that pass), output_mb (what the pass writes: pr.csv and pass.json),
+with_geometry_vs_bare_forward (SmolLM2, the same pass with the geometry besides).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from layerlaws.forward.model_pass import (
     run_forward_pass,
     sequences_of,
 )
+from layerlaws.geometry.observer import GeometryObserver
+from layerlaws.geometry.settings import GeometrySettings
 from layerlaws.models.facts import model_facts, read_facts
 from layerlaws.models.loading import load_model
 
@@ -115,10 +122,15 @@ def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtyp
     result = {"tokens": len(tokens)}
     if kind == "bare":
         result["seconds"] = bare_seconds(model, tokens, device)
-    elif kind == "pass":
+    elif kind in ("pass", "geometry", "timed"):
         statistics = EquilearningStatistics(facts, OFFSETS, norms, CONTROLS, shuffle_seed=0)
+        observers = [statistics]
+        if kind != "pass":
+            observers.append(GeometryObserver(GeometrySettings(), facts.num_layers))
+        if kind == "timed":
+            result["observe_seconds"] = [timed(observer, device) for observer in observers]
         report = run_forward_pass(
-            model, facts, tokens, [statistics], BATCH_SIZE, device, progress=False
+            model, facts, tokens, observers, BATCH_SIZE, device, progress=False
         )
         folder = Path(tempfile.mkdtemp())
         table = statistics.table()
@@ -142,6 +154,25 @@ def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtyp
         result["hidden_bytes"] = sum(p.stat().st_size for p in folder.rglob("*.npy"))
     result["peak_mb"] = peak_rss_mib()
     return result
+
+
+def timed(observer, device: str) -> list[float]:
+    """Wrap ``observer.observe`` to add its seconds (the device synchronised before and
+    after) to the returned one-element list."""
+    seconds, observe = [0.0], observer.observe
+
+    def synchronised() -> float:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def timed_observe(layer, states):
+        started = synchronised()
+        observe(layer, states)
+        seconds[0] += synchronised() - started
+
+    observer.observe = timed_observe
+    return seconds
 
 
 def measured(kind: str, name: str, norms: list[str], factor: int, device: str, dtype: str):
@@ -195,6 +226,20 @@ def main() -> None:
         lines[name, "bare"] = bare
     doubled = measured("pass", "smollm2", ["model"], 2, device, dtype)
     single = lines["smollm2", 1]
+    bare = lines["smollm2", "bare"]["seconds"]
+    geometry = measured("geometry", "smollm2", ["model"], 1, device, dtype)
+    print(
+        f"smollm2 pass with the geometry besides: {geometry['seconds']:.1f} s "
+        f"({geometry['peak_mb']:.0f} MB), ratio {bare / geometry['seconds']:.2f}"
+    )
+    split = measured("timed", "smollm2", ["model"], 1, device, dtype)
+    statistics_seconds, geometry_seconds = (s[0] for s in split["observe_seconds"])
+    model_seconds = split["seconds"] - statistics_seconds - geometry_seconds
+    print(
+        f"where that pass's {split['seconds']:.1f} s go (observe timed): model and batching "
+        f"{model_seconds:.1f} s, papers' statistics {statistics_seconds:.1f} s, geometry "
+        f"{geometry_seconds:.1f} s"
+    )
     print(
         f"smollm2 pass with {single['tokens']} tokens: peak {single['peak_mb']:.0f} MB; with "
         f"{doubled['tokens']}: peak {doubled['peak_mb']:.0f} MB"
@@ -204,10 +249,10 @@ def main() -> None:
         f"largest |PR − float64 lstsq| on SmolLM2 states, every layer, offset and norm: "
         f"{difference:.3e}"
     )
-    ratio = lines["smollm2", "bare"]["seconds"] / single["seconds"]
     print(
-        f"vs_bare_forward={ratio:.2f} pr_max_abs_diff={difference:.3e} "
-        f"peak_host_mb={single['peak_mb']:.0f} output_mb={single['output_bytes'] / 2**20:.3f}"
+        f"vs_bare_forward={bare / single['seconds']:.2f} pr_max_abs_diff={difference:.3e} "
+        f"peak_host_mb={single['peak_mb']:.0f} output_mb={single['output_bytes'] / 2**20:.3f} "
+        f"with_geometry_vs_bare_forward={bare / geometry['seconds']:.2f}"
     )
 
 

@@ -389,6 +389,26 @@ def _series(step: int, column: str, dataset: str = "wiki-science"):
     return lambda r: r.one(SERIES, column, model=model, dataset=dataset)
 
 
+def _geometry(column: str, layer: int, model: str = SMOLLM2, dataset: str = "wiki-science"):
+    """``column`` of a run's representation geometry (``observers/geometry.csv``) at ``layer``."""
+    path = f"equilearning/{model}/{dataset}/observers/geometry.csv"
+    return lambda r: r.one(path, column, layer=layer)
+
+
+def _least_cka_previous(first: int, last: int):
+    """The smallest linear CKA with the previous layer of SmolLM2's layers first…last."""
+    path = f"equilearning/{SMOLLM2}/wiki-science/observers/geometry.csv"
+    return lambda r: (
+        r.table(path).filter(r.table(path)["layer"].is_between(first, last))["cka_previous"].min()
+    )
+
+
+def _pr(layer: int):
+    """SmolLM2's next-token PR on wiki-science at ``layer`` (norm model, no control)."""
+    path = f"equilearning/{SMOLLM2}/wiki-science/pr.csv"
+    return lambda r: r.one(path, "pr", layer=layer, offset=1, norm="model", control="none")
+
+
 def _checkpoint_held_out(step: int):
     return lambda r: r.one(f"{TRAINING}/checkpoints.csv", "held_out_loss", step=step)
 
@@ -1108,6 +1128,67 @@ def _entries() -> Iterator[Entry]:
             f"fits.coupling_k10.loss.wiki-science.{column}",
             nth("R² = {}, p = {} on `wiki-science` at K = 10", index),
             _fit(column),
+            fixed(2),
+        )
+
+    # The representation geometry (equilearning.observers: [geometry]).
+    drop = "from layer 11 to layer 12 the effective rank of the uncentred states (RankMe) "
+    drop += "falls from {} to {} and the prompt entropy from {} to {} nats"
+    for index, (column, layer, format_) in enumerate(
+        (
+            ("effective_rank", 11, count),
+            ("effective_rank", 12, count),
+            ("prompt_entropy", 11, fixed(2)),
+            ("prompt_entropy", 12, fixed(2)),
+        )
+    ):
+        yield entry(
+            f"geometry.layer{layer}.{column}", nth(drop, index), _geometry(column, layer), format_
+        )
+    yield entry(
+        "geometry.layers13to28.least_cka_previous",
+        "at least {} from layer 13 to 28",
+        _least_cka_previous(13, 28),
+        fixed(4),
+    )
+    yield entry(
+        "geometry.layer30.effective_rank",
+        "climbs back to {} at layer 30",
+        _geometry("effective_rank", 30),
+        count,
+    )
+    for index, layer in enumerate((11, 12, 13)):
+        yield entry(
+            f"geometry.pr.layer{layer}",
+            nth("(PR {}, {}, {} at layers 11, 12 and 13)", index),
+            _pr(layer),
+            fixed(3),
+        )
+    for layer, template in (
+        (0, "Curvature is {} radians at layer 0"),
+        (30, "and {} at layer 30: SmolLM2's"),
+    ):
+        yield entry(
+            f"geometry.layer{layer}.curvature", template, _geometry("curvature", layer), fixed(2)
+        )
+    for index, step in enumerate(STEPS):
+        yield entry(
+            f"series.step{step}.effective_rank_last",
+            nth("the effective rank goes {} → {} → {} → {} → {} over steps 0, 10", index),
+            _series(step, "effective_rank_last"),
+            significant(3),
+        )
+    yield entry(
+        "series.step50.anisotropy_last",
+        "(anisotropy {}, the mean cosine",
+        _series(50, "anisotropy_last"),
+        fixed(2),
+    )
+    for index, step in enumerate((0, 800)):
+        yield entry(
+            f"series.step{step}.pr_last",
+            nth("at the last layer only falls ({} at step 0, {} at step 800)", index),
+            _series(step, "pr_last"),
             fixed(2),
         )
 
