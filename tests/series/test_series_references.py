@@ -100,6 +100,16 @@ def model_reference(results: Path, step: int) -> dict[str, float]:
         "bits_per_character": bits / evaluation["n_characters"],
         "tokenizer": evaluation["tokenizer"],
     }
+    # The series config measures the geometry of this training's runs: its last layer
+    # (layer L = num_layers) and its CKA with the previous layer averaged over 1..L.
+    geometry = pl.read_csv(results / f"equilearning/{model}/mini/observers/geometry.csv")
+    at_last = geometry.filter(pl.col("layer") == config["num_hidden_layers"]).row(0, named=True)
+    row |= {
+        f"{name}_last": at_last[name]
+        for name in ("effective_rank", "alpha_req", "dataset_entropy", "anisotropy")
+    }
+    previous = geometry.filter(pl.col("layer") > 0)["cka_previous"].to_numpy()
+    row["cka_previous_mean"] = previous.mean()
     depth = paper_rows(
         pl.read_csv(results / f"coupling/{model}/few/depth.csv", schema_overrides=STRING_KEYS)
     ).filter((pl.col("weights") == "trained") & (pl.col("prompt") != "mean"))
