@@ -10,8 +10,11 @@ keeps its states so that every PR (layers, offsets, norms) can be compared with 
 ``numpy.linalg.lstsq`` on the same rows (``bench/regression.py``'s reference). On SmolLM2
 the pass is measured once more with the representation geometry besides
 (``layerlaws.geometry``, its default settings: every quantity, CKA against the previous
-and the last layer), and once with each observer's ``observe`` timed to say where the
-time goes (a separate process: the timing synchronises the device).
+and the last layer, float32 products), once with each observer's ``observe`` timed to say
+where the time goes (a separate process: the timing synchronises the device), and once
+with the geometry in float32 and in float64 products, to compare their tables. The pass
+stops before the output layer when nothing observes the logits (as here), so the bare
+forward is also timed without it (``logits_to_keep=1``).
 
 Usage: .venv/bin/python bench/extraction.py [device] [dtype]     (cpu float32 by default)
 The last line: vs_bare_forward (SmolLM2, the papers' statistics under the paper's norm
@@ -30,6 +33,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import torch
 from peak_memory import peak_rss_mib
@@ -95,8 +99,9 @@ def model_and_tokens(name: str, texts_factor: int, dtype: str, device: str):
 
 
 @torch.inference_mode()
-def bare_seconds(model, tokens: pl.DataFrame, device: str) -> float:
-    """The same padded batches through the model alone, outputs discarded."""
+def bare_seconds(model, tokens: pl.DataFrame, device: str, head: bool = True) -> float:
+    """The same padded batches through the model alone, outputs discarded; without
+    ``head``, the output layer runs on the last position only (``logits_to_keep``)."""
     sequences = sequences_of(tokens)
     starts = first_rows(sequences)
     lengths = [len(sequence.token_ids) for sequence in sequences]
@@ -110,6 +115,7 @@ def bare_seconds(model, tokens: pl.DataFrame, device: str) -> float:
             input_ids=batch.input_ids.to(device),
             attention_mask=batch.attention_mask.to(device),
             use_cache=False,
+            **({} if head else {"logits_to_keep": 1}),
         )
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -120,8 +126,15 @@ def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtyp
     """One measurement, in this process."""
     model, facts, tokens = model_and_tokens(name, factor, dtype, device)
     result = {"tokens": len(tokens)}
-    if kind == "bare":
-        result["seconds"] = bare_seconds(model, tokens, device)
+    if kind in ("bare", "blocks"):
+        result["seconds"] = bare_seconds(model, tokens, device, head=kind == "bare")
+    elif kind == "precision":
+        observers = [
+            GeometryObserver(GeometrySettings(product_dtype=dtype), facts.num_layers)
+            for dtype in ("float32", "float64")
+        ]
+        run_forward_pass(model, facts, tokens, observers, BATCH_SIZE, device, progress=False)
+        result["differences"] = relative_differences(*(o.table() for o in observers))
     elif kind in ("pass", "geometry", "timed"):
         statistics = EquilearningStatistics(facts, OFFSETS, norms, CONTROLS, shuffle_seed=0)
         observers = [statistics]
@@ -154,6 +167,17 @@ def phase(kind: str, name: str, norms: list[str], factor: int, device: str, dtyp
         result["hidden_bytes"] = sum(p.stat().st_size for p in folder.rglob("*.npy"))
     result["peak_mb"] = peak_rss_mib()
     return result
+
+
+def relative_differences(found: pl.DataFrame, expected: pl.DataFrame) -> dict[str, float]:
+    """Each measured column's largest |found − expected| / |expected| (NaN rows left out)."""
+    differences = {}
+    for column in expected.columns[3:]:
+        exact = expected[column].to_numpy()
+        finite = np.isfinite(exact)
+        error = np.abs(found[column].to_numpy()[finite] - exact[finite]) / np.abs(exact[finite])
+        differences[column] = float(error.max())
+    return differences
 
 
 def timed(observer, device: str) -> list[float]:
@@ -227,10 +251,25 @@ def main() -> None:
     doubled = measured("pass", "smollm2", ["model"], 2, device, dtype)
     single = lines["smollm2", 1]
     bare = lines["smollm2", "bare"]["seconds"]
+    blocks = measured("blocks", "smollm2", [], 1, device, dtype)["seconds"]
+    print(
+        f"smollm2 bare forward without its output layer: {blocks:.1f} s (the pass stops "
+        f"before it: nothing observes the logits), ratio of the papers' pass to it "
+        f"{blocks / single['seconds']:.2f}"
+    )
     geometry = measured("geometry", "smollm2", ["model"], 1, device, dtype)
     print(
         f"smollm2 pass with the geometry besides: {geometry['seconds']:.1f} s "
-        f"({geometry['peak_mb']:.0f} MB), ratio {bare / geometry['seconds']:.2f}"
+        f"({geometry['peak_mb']:.0f} MB), ratio {bare / geometry['seconds']:.2f} (to the "
+        f"forward without its output layer {blocks / geometry['seconds']:.2f})"
+    )
+    precision = measured("precision", "smollm2", [], 1, device, dtype)["differences"]
+    worst = max(precision, key=precision.get)
+    print(
+        f"geometry with float32 products against float64 ones, largest relative difference: "
+        f"{precision[worst]:.1e} ({worst}; "
+        + ", ".join(f"{name} {value:.0e}" for name, value in precision.items() if name != worst)
+        + ")"
     )
     split = measured("timed", "smollm2", ["model"], 1, device, dtype)
     statistics_seconds, geometry_seconds = (s[0] for s in split["observe_seconds"])

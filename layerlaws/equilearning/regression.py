@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from scipy.linalg import lapack
 
+from layerlaws.core.products import add_gram_, gram
+
 DEFAULT_CUTOFF = 1e-12
 
 
@@ -57,7 +59,7 @@ class Moments:
             return cls.empty(z.shape[1], z.device)
         mean = z.mean(dim=0)
         centred = z - mean
-        return cls(len(z), mean, centred.T @ centred)
+        return cls(len(z), mean, gram(centred))
 
     def __add__(self, other: Moments) -> Moments:
         """Moments of the union of two disjoint row sets (Chan, Golub & LeVeque merge).
@@ -92,7 +94,7 @@ class Moments:
             total = self.n + len(z)
             self.comoment.addr_(delta, delta, alpha=self.n * len(z) / total)
             self.mean.add_(delta, alpha=len(z) / total)
-        self.comoment.addmm_(centred.T, centred)
+        add_gram_(self.comoment, centred)
         self.n += len(z)
 
     def merge_(self, other: Moments) -> None:

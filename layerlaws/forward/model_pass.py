@@ -379,8 +379,12 @@ def run_forward_pass(
         observed = list(first_layers or unobserved)  # states' observers, then logits'
 
         def record(layer: int, state: torch.Tensor) -> None:
-            if layer not in observed[: len(observers)]:
-                return
+            if layer in observed[: len(observers)]:
+                observe(layer, state)
+            if layer == last_layer and not logit_observers:
+                raise _BeforeHead
+
+        def observe(layer: int, state: torch.Tensor) -> None:
             ids, positions = batch.input_ids, batch.position_index
             if layer < encoder_layers:
                 ids, positions = batch.encoder_input_ids, batch.encoder_position_index
@@ -408,6 +412,8 @@ def run_forward_pass(
                     if observed[number] == last_layer + 1:
                         logit_observer.observe_logits(logits)
                         observed[number] = last_layer + 2
+        except _BeforeHead:
+            pass
         except torch.OutOfMemoryError:
             out_of_memory = True
         # Raised outside the handler: the frames holding the batch's tensors are released.
@@ -451,6 +457,11 @@ def run_forward_pass(
         "tokens_per_second": round(n_tokens / seconds, 1) if seconds > 0 else None,
         "batches_resumed": done,
     }
+
+
+class _BeforeHead(Exception):
+    """Raised once the last layer is observed when nothing observes the logits: the
+    forward pass stops before the output layer (a fifth of SmolLM2's operations)."""
 
 
 def _checked_stacks(

@@ -11,16 +11,20 @@ text tokens of a batch:
   L − 1 more against the last layer (``cka_against_last``).
   At d = 4,096 and L = 32: 4.43 GB of moments, 4.43 GB of text-mean moments and, for the
   63 pairs, 8.46 GB of cross-moments (4.23 GB for the 32 consecutive ones alone): 17.3 GB.
-- while a batch passes: the states of the layers a later layer is compared with, in the
-  compute dtype: the previous layer's, and with ``cka_against_last`` every layer's until
-  the last arrives, n × d × (L + 1) in all (the current layer's included): at d = 4,096,
-  L = 32 in bfloat16, 270 kB per batch token (2.21 GB for a batch of 8,192 tokens); and
-  float64 working copies of one layer's states (a few n × d) and of the texts' Gram
-  matrices (n × min(T, d)).
-- time: per layer and token 2d² for the second moment, 2·min(T, d)·d for the text's Gram
-  matrix and about (4/3)·min(T, d)³ / T for its eigenvalues (prompt entropy), 2d² / T
-  for the text means' moment, and 2d² per compared pair: at d = 4,096, L = 32, T = 2,048
-  about 1.85 GFLOP per token for the layers and 2.11 GFLOP for the 63 pairs, in float64.
+- while a batch passes, in the product dtype (``product_dtype``, float32 by default): the
+  shifted states of the layers a later layer is compared with (the previous layer's and,
+  with ``cka_against_last``, every layer's until the last arrives), n × d × (L + 1) in all
+  (the current layer's included): at d = 4,096, L = 32 in float32, 540 kB per batch token
+  (4.4 GB for a batch of 8,192 tokens); working copies of one layer's states (its copy and
+  the texts' padded states; the curvature's steps and their products in float64), the
+  texts' Gram matrices (n × min(T, d)) and one d × d product.
+- time: per layer and token about (2/3)·2d² for the second moment (a Gram product,
+  ``layerlaws.core.products``), 2·min(T, d)·d for the text's Gram matrix and about
+  (4/3)·min(T, d)³ / T for its eigenvalues (prompt entropy), 2d² / T for the text means'
+  moment, and 2d² per compared pair: at d = 4,096, L = 32, T = 2,048 about 1.5 G operations
+  per token for the layers and 2.1 G for the 63 pairs. Counted as float64 operations, the
+  float32 products as half of one (a CPU does float32 at twice the float64 rate; many
+  GPUs at more).
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from __future__ import annotations
 from layerlaws.geometry.settings import GeometrySettings
 
 FLOAT64_BYTES = 8
-WORKING_COPIES = 4
-"""float64 copies of one layer's batch states held at once while it is observed: the
-states, the texts' padded states, their consecutive steps and the steps' products (the
-cross-moments' scratch copy comes after the last three are freed)."""
+PRODUCT_BYTES = {"float32": 4, "float64": 8}
+PRODUCT_COST = {"float32": 0.5, "float64": 1.0}
+"""An operation in the product dtype, in float64 operations (``flops_per_token``)."""
+GRAM_SHARE = 2 / 3
+"""A Gram product's operations, as a share of a general product's of the same width."""
 
 
 def accumulator_bytes(settings: GeometrySettings, *, hidden_size: int, num_layers: int) -> int:
@@ -52,25 +57,30 @@ def bytes_on_device(
     tokens_per_text: int,
 ) -> int:
     """All the observer needs on the devices at once: its accumulators, and while a batch
-    of ``batch_tokens`` text tokens passes the kept states (in the compute dtype,
-    ``dtype_bytes`` each) and the float64 working copies."""
+    of ``batch_tokens`` text tokens passes the kept states and the working copies (in the
+    product dtype, whatever the compute dtype's ``dtype_bytes``; see the module docstring)."""
+    d, width = hidden_size, min(tokens_per_text, hidden_size)
+    product = PRODUCT_BYTES[settings.product_dtype]
     kept_layers = num_layers + 1 if settings.cka_against_last else 2
-    kept = batch_tokens * hidden_size * dtype_bytes * kept_layers
-    gram = batch_tokens * min(tokens_per_text, hidden_size)
-    working = FLOAT64_BYTES * (WORKING_COPIES * batch_tokens * hidden_size + gram)
-    accumulators = accumulator_bytes(settings, hidden_size=hidden_size, num_layers=num_layers)
-    return accumulators + kept + working
+    kept = batch_tokens * d * product * kept_layers
+    copies = batch_tokens * d * (2 * product + 2 * FLOAT64_BYTES)
+    gram = batch_tokens * width * (product + FLOAT64_BYTES)
+    accumulators = accumulator_bytes(settings, hidden_size=d, num_layers=num_layers)
+    return accumulators + kept + copies + gram + d * d * product
 
 
 def flops_per_token(
     settings: GeometrySettings, *, hidden_size: int, num_layers: int, tokens_per_text: int
 ) -> float:
-    """Float64 operations per text token over all layers (see the module docstring); the
-    sums and norms of order d per layer are counted as 12d."""
+    """Operations per text token over all layers, in float64 operations (see the module
+    docstring); the sums and norms of order d per layer are counted as 12d."""
     d, width = hidden_size, min(tokens_per_text, hidden_size)
     pooled = 2 * d * d / tokens_per_text if settings.dataset_rows == "texts" else 0.0
-    per_layer = 2 * d * d + 2 * width * d + 4 / 3 * width**3 / tokens_per_text + pooled + 12 * d
-    return (num_layers + 1) * per_layer + len(settings.layer_pairs(num_layers)) * 2 * d * d
+    products = GRAM_SHARE * 2 * d * d + 2 * width * d
+    pairs = len(settings.layer_pairs(num_layers)) * 2 * d * d
+    spectra = 4 / 3 * width**3 / tokens_per_text + pooled + 12 * d
+    cost = PRODUCT_COST[settings.product_dtype]
+    return (num_layers + 1) * (cost * products + spectra) + cost * pairs
 
 
 class GeometryCosts:

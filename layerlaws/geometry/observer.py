@@ -32,16 +32,26 @@ What each layer's rows x (its text tokens' states, d wide) add up to:
   same rows: the previous layer's are kept until the next arrives and, against the last,
   every layer's until the last arrives.
 
+Each batch's matrix products (of its states, the texts' Gram matrices and the sums over
+the batch) are made in ``product_dtype``, float32 by default, and added into float64
+sums. The products of second and cross-moments are of the batch's states shifted by their
+mean c, rounded to that dtype: Σ x_l x_mᵀ = Σ y_l y_mᵀ + (Σ y_l) c_mᵀ + c_l (Σ y_m)ᵀ
++ n c_l c_mᵀ with y = x − c, the last three terms in float64, so that float32 rounds
+relative to the batch's spread, not to its mean (every quantity within 4e-7 of float64
+products on SmolLM2's states). The steps of the curvature are made in float64 from the
+float32 differences: arccos near π turns the rounding of a cosine into its square root.
+
 Memory and time are in ``layerlaws.geometry.costs`` (17.3 GB of accumulators at d = 4,096
-and L = 32, 270 kB of kept states per batch token in bfloat16). Everything is merged in
+and L = 32, 540 kB of kept states per batch token in float32). Everything is merged in
 float64 as sums, so shards merge by adding (``merge_``) and a pass resumes from its
 ``progress_attributes``. A state holding NaN makes its layer's quantities NaN (and the
 CKA of the pairs it is in); a zero state makes the anisotropy NaN. A layer with no rows
 (a pass over no text tokens) has a row of NaN with ``n_rows`` 0.
 
 ``observe`` is atomic: everything that allocates (the layer's accumulators when first
-seen, float64 copies, the texts' padded states, a scratch copy for the cross-moments) is
-made before anything is added, and the adding allocates nothing. After an out-of-memory
+seen, the shifted states, the texts' padded states, one d × d matrix that each product
+is made in before it is added) is made before anything is added, and the adding
+allocates nothing. After an out-of-memory
 split the halves' rows are looked up in the kept states of the whole batch (by row
 number), which stay until each row's last comparison is made.
 """
@@ -55,7 +65,9 @@ import numpy as np
 import polars as pl
 import torch
 
+from layerlaws.core.dtypes import torch_dtype
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.products import add_gram_
 from layerlaws.forward.model_pass import Batch
 from layerlaws.geometry import costs
 from layerlaws.geometry.settings import GeometrySettings
@@ -126,14 +138,50 @@ class LayerSums:
         return LayerSums(**{"n": self.n, "text_means": None, **moved})
 
 
+@dataclass(frozen=True)
+class _Shifted:
+    """A layer's batch states for the products: shifted by their mean (rounded to the
+    product dtype), so that a float32 product rounds relative to their spread."""
+
+    values: torch.Tensor
+    """(n, d) in the product dtype: x − shift."""
+    shift: torch.Tensor
+    """(d,) float64: exactly what was subtracted."""
+    total: torch.Tensor
+    """(d,) float64: Σ values."""
+
+    @classmethod
+    def of(cls, states: torch.Tensor, dtype: torch.dtype) -> _Shifted:
+        shift = (states.sum(dim=0, dtype=torch.float64) / len(states)).to(dtype)
+        values = states.to(dtype) - shift
+        return cls(values, shift.to(torch.float64), values.sum(dim=0, dtype=torch.float64))
+
+    def rows(self, where: torch.Tensor) -> _Shifted:
+        """The states of rows ``where`` (the same shift)."""
+        values = self.values[where]
+        return _Shifted(values, self.shift, values.sum(dim=0, dtype=torch.float64))
+
+
+def _add_product_(
+    moment: torch.Tensor, first: _Shifted, second: _Shifted, product: torch.Tensor
+) -> None:
+    """Add Σ x_f x_sᵀ to ``moment`` (d, d) float64 in place, from ``product`` = Σ y_f y_sᵀ
+    of the shifted states y = x − c (product dtype, same rows): Σ x_f x_sᵀ = Σ y_f y_sᵀ
+    + (Σ y_f) c_sᵀ + c_f (Σ y_s)ᵀ + n c_f c_sᵀ, the corrections in float64."""
+    moment.add_(product)
+    moment.addr_(first.total, second.shift)
+    moment.addr_(first.shift, second.total)
+    moment.addr_(first.shift, second.shift, alpha=len(first.values))
+
+
 @dataclass
 class _Kept:
     """A layer's states of a batch, kept until later layers are compared with them."""
 
     rows: np.ndarray
     """(n,) int64: the row numbers of the states (``Batch.row_numbers``)."""
-    states: torch.Tensor
-    """(n, d) in the compute dtype, on the layer's device."""
+    states: _Shifted
+    """Shifted, in the product dtype, on the layer's device."""
     pending: np.ndarray
     """(n,) bool: the rows whose last comparison is still to come."""
 
@@ -227,28 +275,31 @@ class GeometryObserver(costs.GeometryCosts):
         # Prepared: everything that allocates.
         device = states.device
         sums = self._sums(layer, states.shape[1], device)
+        shifted = _Shifted.of(states, torch_dtype(self.settings.product_dtype))
         earlier = [
             (self._cross(first, layer, states.shape[1], device), *self._kept_rows(first))
             for first in self._earlier[layer]
         ]
-        x = states.to(torch.float64)
-        unit_sum = x.T @ torch.linalg.vector_norm(x, dim=1).reciprocal()
+        product = shifted.values.new_empty(states.shape[1], states.shape[1])
+        x = states.to(shifted.values.dtype)
+        norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64)
+        unit_sum = (x * norms.reciprocal().to(x.dtype)[:, None]).sum(dim=0, dtype=torch.float64)
         texts, means = self._text_sums(x)
-        scratch = torch.empty_like(x) if earlier else None
         # Merged: nothing below allocates on the device.
         sums.n += len(x)
-        sums.sum.add_(x.sum(dim=0))
-        sums.second.addmm_(x.T, x)
+        sums.sum.add_(shifted.total).add_(shifted.shift, alpha=len(x))
+        add_gram_(product.zero_(), shifted.values)
+        _add_product_(sums.second, shifted, shifted, product)
         sums.unit_sum.add_(unit_sum)
         sums.texts.add_(texts)
         if sums.text_means is not None:
-            sums.text_means.addmm_(means.T, means)
+            add_gram_(sums.text_means, means)
         for matrix, previous, _ in earlier:
-            scratch.copy_(previous)
-            matrix.addmm_(scratch.T, x)
+            torch.mm(previous.values.T, shifted.values, out=product)
+            _add_product_(matrix, previous, shifted, product)
         self._compared(layer, [where for _, _, where in earlier])
         if layer < self.num_layers:
-            self._kept[layer] = _Kept(self._rows, states, np.ones(len(states), dtype=bool))
+            self._kept[layer] = _Kept(self._rows, shifted, np.ones(len(states), dtype=bool))
 
     def _sums(self, layer: int, width: int, device: torch.device) -> LayerSums:
         """The layer's sums, created (zero) when first needed."""
@@ -270,7 +321,7 @@ class GeometryObserver(costs.GeometryCosts):
             self.cross[first, layer] = torch.zeros(width, width, dtype=torch.float64, device=device)
         return self.cross[first, layer]
 
-    def _kept_rows(self, layer: int) -> tuple[torch.Tensor, np.ndarray | None]:
+    def _kept_rows(self, layer: int) -> tuple[_Shifted, np.ndarray | None]:
         """``layer``'s kept states of the current rows, and where those rows are among
         the kept ones (None: all of them, in order)."""
         kept = self._kept.get(layer)
@@ -288,7 +339,7 @@ class GeometryObserver(costs.GeometryCosts):
             raise LayerlawsError(
                 f"the geometry observer kept other rows of layer {layer} than this batch's"
             )
-        return kept.states[torch.from_numpy(where).to(kept.states.device)], where
+        return kept.states.rows(torch.from_numpy(where).to(kept.states.values.device)), where
 
     def _compared(self, layer: int, places: list[np.ndarray | None]) -> None:
         """Mark the current rows of the layers compared with ``layer`` for the last time as
@@ -303,7 +354,7 @@ class GeometryObserver(costs.GeometryCosts):
 
     def _text_sums(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's per-text sums (``LayerSums.texts``), and its texts' mean states
-        (B, d), from its rows ``x`` (n, d) float64."""
+        (B, d) float64, from its rows ``x`` (n, d) in the product dtype."""
         device = x.device
         if device not in self._on_device:
             self._on_device[device] = self._texts.to(device)
@@ -314,14 +365,14 @@ class GeometryObserver(costs.GeometryCosts):
         curvature, curved = _curvatures(padded, texts.length)
         entropy = self._prompt_entropies(padded).sum()
         counts = torch.stack([length.new_tensor(float(len(length))), entropy])
-        sums = torch.cat([counts, torch.stack([curved.sum().to(x.dtype), curvature.sum()])])
-        return sums, padded.sum(dim=1) / length[:, None]
+        sums = torch.cat([counts, torch.stack([curved.sum().to(length.dtype), curvature.sum()])])
+        return sums, padded.sum(dim=1, dtype=torch.float64) / length[:, None]
 
     def _prompt_entropies(self, padded: torch.Tensor) -> torch.Tensor:
         """Each text's prompt entropy (B,) from its zero-padded states (B, T, d): of the
         Gram matrix (T ≤ d) or of ZᵀZ; NaN for a text holding NaN or infinity."""
         narrow = padded.shape[1] <= padded.shape[2]
-        gram = padded @ padded.mT if narrow else padded.mT @ padded
+        gram = (padded @ padded.mT if narrow else padded.mT @ padded).to(torch.float64)
         finite = torch.isfinite(gram).all(dim=2).all(dim=1)
         gram = torch.where(finite[:, None, None], gram, 0.0)
         entropy = renyi_entropy(torch.linalg.eigvalsh(gram), self.settings.entropy_alpha)
@@ -402,7 +453,7 @@ def _curvatures(padded: torch.Tensor, length: torch.Tensor) -> tuple[torch.Tenso
     """Each text's mean angle between consecutive steps (B,) (0 for a text with no
     angle) and whether it has one (B,) bool, from its zero-padded states (B, T, d) and
     lengths (B,)."""
-    steps = padded[:, 1:] - padded[:, :-1]
+    steps = (padded[:, 1:] - padded[:, :-1]).to(torch.float64)
     size = torch.linalg.vector_norm(steps, dim=2)
     cosine = (steps[:, 1:] * steps[:, :-1]).sum(dim=2) / (size[:, 1:] * size[:, :-1])
     place = torch.arange(cosine.shape[1], device=padded.device)

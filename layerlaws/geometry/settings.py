@@ -7,6 +7,7 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import StageSettings, allowed, settings_of
 
 DATASET_ROWS = allowed("equilearning.geometry.dataset_rows")
+PRODUCT_DTYPES = allowed("equilearning.geometry.product_dtype")
 
 
 @settings_of("equilearning.geometry")
@@ -27,6 +28,10 @@ class GeometrySettings(StageSettings):
     released code fits it, after Stringer et al. 2019); cut to the covariance's rank."""
     rankme_epsilon: float
     """The ε added to each normalised singular value in RankMe (Garrido et al. 2023, §3)."""
+    product_dtype: str
+    """The dtype of each batch's matrix products (its second moments and the CKA's
+    cross-moments), ``float32`` or ``float64``: of the batch's states shifted by their mean,
+    added into float64 sums (see ``layerlaws.geometry.observer``)."""
     cka_against_last: bool
     """Also linear CKA between each layer and the last: keeps every layer's batch states
     until the last layer's arrive (see ``layerlaws.geometry.costs``)."""
@@ -51,6 +56,10 @@ class GeometrySettings(StageSettings):
         if self.dataset_rows not in DATASET_ROWS:
             raise LayerlawsError(
                 f"geometry dataset_rows is {self.dataset_rows!r}; choose one of {DATASET_ROWS}"
+            )
+        if self.product_dtype not in PRODUCT_DTYPES:
+            raise LayerlawsError(
+                f"geometry product_dtype is {self.product_dtype!r}; choose one of {PRODUCT_DTYPES}"
             )
         first, last = (*self.alpha_req_ranks, 0, 0)[:2]
         if len(self.alpha_req_ranks) != 2 or not 1 <= first < last:

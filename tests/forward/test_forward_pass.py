@@ -185,6 +185,41 @@ def test_an_observer_out_of_memory_leaves_the_layer_to_it_alone(llama_folder, te
                 np.testing.assert_allclose(observer.seen[layer][row], state, atol=1e-5)
 
 
+class LogitCounter:
+    """A logit observer that counts the rows of logits it is shown."""
+
+    rows = 0
+
+    def begin_batch(self, batch) -> None:
+        pass
+
+    def observe_logits(self, logits) -> None:
+        self.rows += len(logits)
+
+
+def test_the_output_layer_runs_only_when_the_logits_are_observed(llama_folder, texts, tmp_path):
+    facts, tokens = tokenised(llama_folder, texts[:7], tmp_path)
+    model = load_model(tmp_path / "m", "float32", "cpu")
+    head_calls = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda _module, _args, output: head_calls.append(output.shape[:2])
+    )
+    alone, beside = Recorder(), Recorder()
+    run_forward_pass(model, facts, tokens, [alone], 3, "cpu", progress=False)
+    assert head_calls == []
+    counter = LogitCounter()
+    run_forward_pass(
+        model, facts, tokens, [beside], 3, "cpu", progress=False, logit_observers=[counter]
+    )
+    hook.remove()
+    rows = len(text_rows(tokens))
+    assert len(head_calls) == 3 and counter.rows == rows
+    assert alone.counts == beside.counts == {layer: rows for layer in range(facts.num_layers + 1)}
+    for layer, states in beside.seen.items():
+        for row, state in states.items():
+            np.testing.assert_array_equal(alone.seen[layer][row], state)
+
+
 def test_a_sequence_too_long_for_the_device_is_a_clear_error(llama_folder, texts, tmp_path):
     facts, tokens = tokenised(llama_folder, texts[:1], tmp_path)
     model = load_model(tmp_path / "m", "float32", "cpu")
