@@ -369,13 +369,15 @@ class GeometryObserver(costs.GeometryCosts):
         return sums, padded.sum(dim=1, dtype=torch.float64) / length[:, None]
 
     def _prompt_entropies(self, padded: torch.Tensor) -> torch.Tensor:
-        """Each text's prompt entropy (B,) from its zero-padded states (B, T, d): of the
-        Gram matrix (T ≤ d) or of ZᵀZ; NaN for a text holding NaN or infinity."""
+        """Each text's prompt entropy (B,) float64 from its zero-padded states (B, T, d): of
+        the Gram matrix (T ≤ d) or of ZᵀZ, and its eigenvalues, in the states' dtype; NaN
+        for a text holding NaN or infinity."""
         narrow = padded.shape[1] <= padded.shape[2]
-        gram = (padded @ padded.mT if narrow else padded.mT @ padded).to(torch.float64)
+        gram = padded @ padded.mT if narrow else padded.mT @ padded
         finite = torch.isfinite(gram).all(dim=2).all(dim=1)
         gram = torch.where(finite[:, None, None], gram, 0.0)
-        entropy = renyi_entropy(torch.linalg.eigvalsh(gram), self.settings.entropy_alpha)
+        eigenvalues = torch.linalg.eigvalsh(gram).to(torch.float64)
+        entropy = renyi_entropy(eigenvalues, self.settings.entropy_alpha)
         return torch.where(finite, entropy, torch.nan)
 
     def merge_(self, other: GeometryObserver) -> None:
