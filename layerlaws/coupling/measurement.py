@@ -43,7 +43,7 @@ from layerlaws.coupling.costs import AUTO, MATRIX_FREE, TOKEN_LOCAL, PromptShape
 from layerlaws.coupling.jacobians import top_singular
 from layerlaws.coupling.layers import layer_pairs as layer_pairs
 from layerlaws.coupling.local import TokenLocalBlock
-from layerlaws.coupling.miscoupling import OWN_VALUES_FREE, metric_matrices, needs_swapped
+from layerlaws.coupling.miscoupling import metric_matrices, needs_own_values, needs_swapped
 from layerlaws.coupling.operators import (
     DenseJacobian,
     Factors,
@@ -333,7 +333,7 @@ def _measure_tokens(
     fixed_output = token_coupling.token(
         token_coupling.fixed_output_token, length, "fixed_output_token"
     )
-    needs_values = bool(set(settings.metrics) - OWN_VALUES_FREE)
+    needs_values = needs_own_values(settings.metrics)
     jacobians = {
         layer: _token_jacobians(
             BlockJacobians(calls[layer - 1], streams[layer - 1], svd, settings.products, vjp_chunk),

@@ -19,7 +19,9 @@ The released metrics are not bounded by 1.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -27,18 +29,18 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.coupling.operators import DenseJacobian, Factors, coupling_stack
 
 PAPER = "paper"
-UNNORMALISED = "unnormalised"
-OWN_VALUES_FREE = frozenset({PAPER, UNNORMALISED})
-"""The metrics that need nothing of the coupled Jacobian but A."""
-RELEASED = {
-    "released_trace": ("trace", False),
-    "released_norm": ("norm", False),
-    "released_trace_swapped": ("trace", True),
-    "released_norm_swapped": ("norm", True),
-}
-"""The released code's metrics: (normaliser, whether U′ and V′ are swapped)."""
-METRICS = (PAPER, UNNORMALISED, *RELEASED)
-"""The coupling metrics, ``paper`` first (the default, with ``unnormalised``)."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One coupling metric: how it is taken from a stack of coupling matrices."""
+
+    measure: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """(A (n, K, K) float64, J's own top-K singular values (K,)) → the metric (n,)."""
+    own_values: bool = False
+    """Whether it needs J's own singular values (else ``measure`` ignores them)."""
+    swapped: bool = False
+    """Whether its A is V′ᵀ J U′ (U′ and V′ swapped) rather than U′ᵀ J V′."""
 
 
 def miscoupling(coupling: torch.Tensor) -> float:
@@ -64,18 +66,31 @@ def _released(couplings: torch.Tensor, values: torch.Tensor, normaliser: str) ->
     return difference / scale
 
 
+METRICS: dict[str, Metric] = {
+    PAPER: Metric(lambda couplings, _: _paper(couplings)),
+    "unnormalised": Metric(lambda couplings, _: _off_diagonal(couplings)),
+    "released_trace": Metric(partial(_released, normaliser="trace"), own_values=True),
+    "released_norm": Metric(partial(_released, normaliser="norm"), own_values=True),
+    "released_trace_swapped": Metric(
+        partial(_released, normaliser="trace"), own_values=True, swapped=True
+    ),
+    "released_norm_swapped": Metric(
+        partial(_released, normaliser="norm"), own_values=True, swapped=True
+    ),
+}
+"""The coupling metrics by name (the schema's ``coupling.metrics`` allows these, in this
+order), ``paper`` first (the default, with ``unnormalised``)."""
+
+
 def metric_values(
     metric: str, couplings: torch.Tensor, swapped: torch.Tensor | None, values: torch.Tensor
 ) -> torch.Tensor:
     """``metric`` of each coupling matrix: ``couplings`` (n, K, K) are U′ᵀ J V′,
     ``swapped`` V′ᵀ J U′ (None when no swapped metric is asked for), ``values`` (K,) J's
-    own top-K singular values (unused by ``paper`` and ``unnormalised``); float64 (n,)."""
-    if metric == PAPER:
-        return _paper(couplings)
-    if metric == UNNORMALISED:
-        return _off_diagonal(couplings)
-    normaliser, is_swapped = RELEASED[metric]
-    return _released(swapped if is_swapped else couplings, values, normaliser)
+    own top-K singular values (unused by the metrics without ``own_values``); float64
+    (n,)."""
+    chosen = METRICS[metric]
+    return chosen.measure(swapped if chosen.swapped else couplings, values)
 
 
 def miscoupling_matrices(
@@ -105,7 +120,12 @@ def miscoupling_matrices(
 
 def needs_swapped(metrics: Sequence[str]) -> bool:
     """Whether some of ``metrics`` need the swapped coupling matrices V′ᵀ J U′."""
-    return any(RELEASED[metric][1] for metric in metrics if metric in RELEASED)
+    return any(METRICS[metric].swapped for metric in metrics if metric in METRICS)
+
+
+def needs_own_values(metrics: Sequence[str]) -> bool:
+    """Whether some of ``metrics`` need each Jacobian's own singular values."""
+    return any(METRICS[metric].own_values for metric in metrics if metric in METRICS)
 
 
 def metric_matrices(
@@ -128,7 +148,7 @@ def metric_matrices(
             f"coupling.metrics: unknown {unknown}; expected some of {', '.join(METRICS)}"
         )
     if values is None:
-        if set(metrics) - OWN_VALUES_FREE:
+        if needs_own_values(metrics):
             raise LayerlawsError(
                 f"coupling.metrics {list(metrics)}: the released metrics need each Jacobian's "
                 "own singular values"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.settings import allowed
 from layerlaws.coupling.measurement import TokenCoupling, measure_prompt
 from layerlaws.coupling.miscoupling import METRICS, miscoupling_matrices
 from layerlaws.coupling.settings import CouplingSettings
@@ -45,8 +46,9 @@ def reference_metric(metric: str, jacobian: np.ndarray, other: np.ndarray, k: in
     return float(difference / (values.sum() if normaliser == "trace" else np.sqrt(values @ values)))
 
 
-def test_the_metrics_are_the_paper_and_the_released_ones():
-    assert ("paper", "unnormalised", *RELEASED_METRICS) == METRICS
+def test_the_metrics_are_the_paper_and_the_released_ones_as_the_schema_names_them():
+    assert ("paper", "unnormalised", *RELEASED_METRICS) == tuple(METRICS)
+    assert allowed("coupling.metrics") == tuple(METRICS)
 
 
 def test_every_metric_matches_its_reference_on_random_jacobians():
