@@ -5,7 +5,11 @@ blocks on and above the diagonal are multiplied and those below are copied from 
 
 from __future__ import annotations
 
-import torch
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 BLOCK_WIDTH = 192
 """The narrowest column block: narrower products run too far below a CPU's peak."""
@@ -24,10 +28,7 @@ def add_gram_(target: torch.Tensor, rows: torch.Tensor) -> None:
     """Add rowsᵀ rows to ``target`` (p, p), symmetric, in place; ``rows`` (n, p) of its dtype
     and device. Allocates nothing of size p × p: each block below the diagonal becomes the
     transpose of its mirror above (both were each other's transpose before)."""
-    blocks = [
-        slice(int(block[0]), int(block[-1]) + 1)
-        for block in torch.arange(rows.shape[1]).tensor_split(_block_count(rows.shape[1]))
-    ]
+    blocks = _blocks(rows.shape[1])
     for number, first in enumerate(blocks):
         target[first, first].addmm_(rows[:, first].T, rows[:, first])
         for second in blocks[number + 1 :]:
@@ -35,5 +36,9 @@ def add_gram_(target: torch.Tensor, rows: torch.Tensor) -> None:
             target[second, first].copy_(target[first, second].T)
 
 
-def _block_count(width: int) -> int:
-    return max(1, min(MAX_BLOCKS, width // BLOCK_WIDTH))
+def _blocks(width: int) -> list[slice]:
+    """The column blocks of a Gram product of ``width`` columns, nearly equal."""
+    count = max(1, min(MAX_BLOCKS, width // BLOCK_WIDTH))
+    size, longer = divmod(width, count)
+    starts = [number * size + min(number, longer) for number in range(count + 1)]
+    return [slice(start, stop) for start, stop in pairwise(starts)]
