@@ -28,36 +28,9 @@ FLOAT32_FAMILIES = {
     "xglm": "its attention mask fills with float64's minimum, which overflows a float",
 }
 """Families measured in float32, and why not in float64."""
-WHOLE_SEQUENCE_FAMILIES = {
-    "openai-gpt": "its blocks take no key/value cache",
-    "bloom": "its ALiBi bias runs over key columns, which the argument cut takes for rows",
-    "jamba": "its Mamba layers (the first and last here) keep a convolution and SSM state",
-    "recurrent_gemma": "its recurrent layers (the first and last here) keep a state",
-    "mamba": "a state-space model: no keys and values",
-    "mamba2": "a state-space model: no keys and values",
-    "falcon_mamba": "a state-space model: no keys and values",
-    "rwkv": "a recurrent model: no keys and values",
-    "bert": "bidirectional: a token's output depends on later tokens",
-    "roberta": "bidirectional: a token's output depends on later tokens",
-}
-"""Families whose Jacobian products fall back to whole-sequence ones (docs/configuration.md
-names them under coupling.products), and why; in the hybrids only the attention layer (the
-middle block here) is re-run token by token."""
 HYBRID_FAMILIES = {"jamba", "recurrent_gemma"}
-UNSPLIT_FAMILIES = {
-    "gpt2": "its own eager attention (scaled by its own settings, softmax in the model's dtype)",
-    "gpt_neo": "its own attention module",
-    "gptj": "its own attention module",
-    "codegen": "its own attention module",
-    "falcon": "its own attention module",
-    "mpt": "its own attention module",
-    "xglm": "its own eager attention (softmax in the model's dtype)",
-    "bert": "its own eager attention (softmax in the model's dtype)",
-    "roberta": "its own eager attention (softmax in the model's dtype)",
-}
-"""Token-local families whose re-runs keep transformers' attention over the earlier keys
-as one (``layerlaws.coupling.split_attention`` reproduces the common eager attention
-only), and why."""
+"""Families with whole-sequence products (the architecture table's column) whose tiny
+model's middle block is an attention layer, re-run token by token all the same."""
 
 
 def family_sizes(family: str) -> dict:

@@ -35,6 +35,7 @@ from layerlaws.forward.costs import (
     model_pass_needs,
     weights_bytes,
 )
+from layerlaws.models.architectures import ARCHITECTURES
 from layerlaws.text.corpus import prompt_count
 
 OVERSAMPLING = 10
@@ -63,22 +64,11 @@ MATRIX_FREE = "matrix_free"
 TOKEN_LOCAL = "token_local"
 WHOLE_SEQUENCE = "whole_sequence"
 WHOLE_SEQUENCE_MODEL_TYPES = frozenset(
-    {
-        "openai-gpt",
-        "bloom",
-        "mamba",
-        "mamba2",
-        "falcon_mamba",
-        "rwkv",
-        "jamba",
-        "recurrent_gemma",
-        "bert",
-        "roberta",
-    }
+    family for family, row in ARCHITECTURES.items() if row.whole_sequence_products
 )
 """Families (transformers' ``model_type``) whose blocks keep whole-sequence products under
-``token_local`` (``layerlaws.coupling.local`` finds out as it runs; the planner plans them
-so, the hybrids' attention layers included)."""
+``token_local``: the architecture table's ``whole_sequence_products`` column (the hybrids
+planned so in every layer, their attention layers included)."""
 
 
 def sketch_products(k: int) -> int:

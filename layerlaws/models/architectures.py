@@ -52,13 +52,14 @@ is measured, with a message saying so.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from layerlaws.core.errors import LayerlawsError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,17 @@ class Architecture:
     final norm (Mamba, RWKV; ``LayerChoice.hidden_states``)."""
     requires: Mapping[str, Any] = field(default_factory=dict)
     """Config values the row assumes; a model configured otherwise is rejected."""
+    whole_sequence_products: str | None = None
+    """Why the family's block Jacobians under ``coupling.products: token_local`` fall back
+    to whole-sequence products (about T times the work; ``layerlaws.coupling.local`` finds
+    out as it runs, the planner reads it here); None: token by token."""
+    whole_attention: str | None = None
+    """Why its token-local re-runs keep transformers' attention over the earlier keys as
+    one (``layerlaws.coupling.split_attention`` reproduces the common eager attention
+    only); None: split."""
+
+
+_OWN_EAGER = "its own eager attention (softmax in the model's dtype)"
 
 
 def _decoder(final_norm: str = "model.norm", **facts: Any) -> Architecture:
@@ -121,24 +133,37 @@ def _encoder(prefix: str, lm_head: str, head_input: str) -> Architecture:
         post_ln=True,
         objective="masked",
         requires={"is_decoder": False},
+        whole_sequence_products="bidirectional: a token's output depends on later tokens",
+        whole_attention=_OWN_EAGER,
     )
 
 
 _GPT2 = Architecture("transformer.h", "transformer.wte", "transformer.ln_f")
-_BLOOM = Architecture("transformer.h", "transformer.word_embeddings", "transformer.ln_f")
+_OWN_MODULE = "its own attention module"
 _MAMBA = Architecture(
     "backbone.layers",
     "backbone.embeddings",
     "backbone.norm_f",
     hidden_states_from_first_block=True,
+    whole_sequence_products="a state-space model: no keys and values",
 )
 
 ARCHITECTURES: dict[str, Architecture] = {
-    "gpt2": _GPT2,
-    "openai-gpt": Architecture("transformer.h", "transformer.tokens_embed", None, post_ln=True),
-    "gpt_neo": _GPT2,
-    "gptj": _GPT2,
-    "codegen": _GPT2,
+    "gpt2": replace(
+        _GPT2,
+        whole_attention="its own eager attention (scaled by its own settings, softmax in the "
+        "model's dtype)",
+    ),
+    "openai-gpt": Architecture(
+        "transformer.h",
+        "transformer.tokens_embed",
+        None,
+        post_ln=True,
+        whole_sequence_products="its blocks take no key/value cache",
+    ),
+    "gpt_neo": replace(_GPT2, whole_attention=_OWN_MODULE),
+    "gptj": replace(_GPT2, whole_attention=_OWN_MODULE),
+    "codegen": replace(_GPT2, whole_attention=_OWN_MODULE),
     "gpt_bigcode": _GPT2,
     "gpt_neox": Architecture("gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm"),
     "opt": Architecture(
@@ -153,13 +178,30 @@ ARCHITECTURES: dict[str, Architecture] = {
         "transformer.word_embeddings",
         "transformer.ln_f",
         requires={"apply_residual_connection_post_layernorm": False},
+        whole_sequence_products="its ALiBi bias runs over key columns, which the argument "
+        "cut takes for rows",
     ),
-    "falcon": _BLOOM,
-    "mpt": Architecture("transformer.blocks", "transformer.wte", "transformer.norm_f"),
-    "xglm": _decoder("model.layer_norm"),
+    "falcon": Architecture(
+        "transformer.h",
+        "transformer.word_embeddings",
+        "transformer.ln_f",
+        whole_attention=_OWN_MODULE,
+    ),
+    "mpt": Architecture(
+        "transformer.blocks", "transformer.wte", "transformer.norm_f", whole_attention=_OWN_MODULE
+    ),
+    "xglm": _decoder("model.layer_norm", whole_attention=_OWN_EAGER),
     "phi": _decoder("model.final_layernorm"),
-    "jamba": _decoder("model.final_layernorm"),
-    "recurrent_gemma": _decoder("model.final_norm"),
+    "jamba": _decoder(
+        "model.final_layernorm",
+        whole_sequence_products="its Mamba layers keep a convolution and SSM state (its "
+        "attention layers alone are re-run token by token)",
+    ),
+    "recurrent_gemma": _decoder(
+        "model.final_norm",
+        whole_sequence_products="its recurrent layers keep a state (its attention layers "
+        "alone are re-run token by token)",
+    ),
     "olmo": _decoder(norm_eps=1e-5),  # OlmoLayerNorm has eps=1e-5 built into its forward
     **{
         family: _decoder()
@@ -192,6 +234,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         "rwkv.ln_out",
         lm_head="head",
         hidden_states_from_first_block=True,
+        whole_sequence_products="a recurrent model: no keys and values",
     ),
     "bert": _encoder("bert", lm_head="cls.predictions.decoder", head_input="cls"),
     "roberta": _encoder("roberta", lm_head="lm_head.decoder", head_input="lm_head"),
@@ -412,6 +455,8 @@ def norm_facts(model: torch.nn.Module) -> tuple[str, float]:
     module = norm_module(model)
     name = type(module).__name__
     kinds = [kind for marker, kind in NORM_TYPES.items() if marker in name]
+    import torch  # here: the table itself is read by the torch-free planner
+
     if isinstance(module, torch.nn.LayerNorm):
         kinds = ["layernorm"]
     stated = architecture_of(model.config).norm_type

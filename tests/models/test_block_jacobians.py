@@ -27,8 +27,6 @@ from tiny_models import (
     ALL_FAMILIES,
     FLOAT32_FAMILIES,
     HYBRID_FAMILIES,
-    UNSPLIT_FAMILIES,
-    WHOLE_SEQUENCE_FAMILIES,
     tiny_family_model,
 )
 from whole_model_jacobians import (
@@ -39,6 +37,8 @@ from whole_model_jacobians import (
     relative_difference,
     whole_model_step,
 )
+
+from layerlaws.models.architectures import ARCHITECTURES
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +66,7 @@ def pair_differences(jacobian: torch.Tensor, reference: torch.Tensor) -> torch.T
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
     model = tiny_family_model(family, tokenizer, tmp_path)
+    row = ARCHITECTURES[model.config.model_type]
     ids = torch.tensor([PROMPT])
     dtype = next(model.parameters()).dtype
     assert dtype == (torch.float32 if family in FLOAT32_FAMILIES else torch.float64)
@@ -74,7 +75,7 @@ def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
     for name, block in BLOCKS.items():
         jacobian, streams = pipeline_step_jacobian(model, ids, block)
         local, _ = pipeline_step_jacobian(model, ids, block, local=True)
-        falls_back = family in WHOLE_SEQUENCE_FAMILIES and (
+        falls_back = row.whole_sequence_products is not None and (
             family not in HYBRID_FAMILIES or block != 1
         )
         assert (local is None) == falls_back, f"{name} block: token-local {local is not None}"
@@ -101,7 +102,7 @@ def test_block_jacobians_are_the_models_own_steps(family, tokenizer, tmp_path):
         own, split = pipeline_self_jacobians(model, ids, block)
         if local is not None and family not in ENCODER_FAMILIES:
             assert own is not None
-            assert all(split[1:]) == (family not in UNSPLIT_FAMILIES), f"{name} block: {split}"
+            assert all(split[1:]) == (row.whole_attention is None), f"{name} block: {split}"
             diagonal = reference.diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # [t, i, j]
             error = relative_difference(own, diagonal)
             assert error <= BOUNDS[dtype], f"{name} block, self kind: {error:.1e}"
