@@ -177,14 +177,17 @@ class ProgressSaves:
         self.seconds_saving += self._last - started
         log.info("saved progress to %s (%s)", self.path, progress)
 
-    def finish(self) -> dict[str, Any]:
-        """Remove the save (the job's outputs are written); returns what saving cost:
-        ``progress_saves`` and ``progress_save_seconds``."""
-        self.path.unlink(missing_ok=True)
-        remove_temporaries(self.path)
-        if self.path.parent.is_dir() and not any(self.path.parent.iterdir()):
-            self.path.parent.rmdir()
+    def cost(self) -> dict[str, Any]:
+        """What saving cost so far: ``progress_saves`` and ``progress_save_seconds``."""
         return {
             "progress_saves": self.n_saves,
             "progress_save_seconds": round(self.seconds_saving, 3),
         }
+
+    def finish(self) -> dict[str, Any]:
+        """Remove the save (the job's outputs are written); returns ``cost()``."""
+        self.path.unlink(missing_ok=True)
+        remove_temporaries(self.path)
+        if self.path.parent.is_dir() and not any(self.path.parent.iterdir()):
+            self.path.parent.rmdir()
+        return self.cost()

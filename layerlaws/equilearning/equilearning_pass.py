@@ -3,17 +3,20 @@ and the Python API (``layerlaws.api.equilearning_law``): the probe's tokens tabl
 Fig. 7: next-token, masked-LM or span-corruption probing), the check that every target
 offset has more regression rows than features, the observers (``PassObservers``: PR
 statistics, separation fuzziness, token views, held-out evaluation, and the named ones of
-``equilearning.observers``), the model pass over them, and their tables.
+``equilearning.observers``), the model pass over them, their tables and the rule's
+outputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import polars as pl
 
+from layerlaws.core.atomic import atomic_path, write_csv, write_json, write_npz
 from layerlaws.core.progress import ProgressSaves
 from layerlaws.equilearning.pass_observers import PassObservers
 from layerlaws.equilearning.settings import EquilearningSettings
@@ -24,6 +27,8 @@ from layerlaws.forward.observers import ObserverSpec
 from layerlaws.forward.span_corruption import Seq2SeqVocabulary
 from layerlaws.models.architectures import LayerChoice
 from layerlaws.models.facts import ModelFacts
+
+log = logging.getLogger("layerlaws")
 
 
 @dataclass
@@ -119,3 +124,36 @@ class EquilearningPass:
     def tables(self) -> dict[str, pl.DataFrame]:
         """``pr``, ``evaluation``, ``fuzziness`` and ``token_views`` tables."""
         return self.observers.tables(self.settings)
+
+    def write_outputs(
+        self, paths: Mapping[str, str], report: dict[str, Any], saves: ProgressSaves | None
+    ) -> None:
+        """Write the pass's outputs to ``paths`` (by the rule's output names: the tables,
+        ``token_states``, the named observers' folder ``observers`` and the ``report``,
+        which holds the facts, the run's ``report`` and what the ``saves`` cost), each
+        atomically."""
+        tables = self.tables()
+        for name, table in tables.items():
+            write_csv(paths[name], table)
+        write_npz(paths["token_states"], self.observers.token_states())
+        with atomic_path(paths["observers"]) as folder:
+            folder.mkdir()
+            for name, table in self.observers.named_tables().items():
+                table.write_csv(folder / f"{name}.csv")
+        write_json(
+            paths["report"],
+            {
+                **asdict(self.facts),
+                **report,
+                **(saves.cost() if saves is not None else {}),
+                "probe": self.probe,
+                "layers": asdict(self.layers),
+            },
+        )
+        log.info(
+            "%d rows × %d layers at %.0f tokens/s; held-out loss %.4f",
+            report["n_rows"],
+            self.facts.num_layers + 1,
+            report["tokens_per_second"] or 0,
+            tables["evaluation"]["loss"][0],
+        )
