@@ -51,9 +51,9 @@ CKA of the pairs it is in); a zero state makes the anisotropy NaN. A layer with 
 ``observe`` is atomic: everything that allocates (the layer's accumulators when first
 seen, the shifted states, the texts' padded states, one d × d matrix that each product
 is made in before it is added) is made before anything is added, and the adding
-allocates nothing. After an out-of-memory
-split the halves' rows are looked up in the kept states of the whole batch (by row
-number), which stay until each row's last comparison is made.
+allocates nothing. After an out-of-memory split the halves' rows are looked up in the
+kept states of the whole batch (by row number), which stay until each row's last
+comparison is made.
 """
 
 from __future__ import annotations
@@ -151,9 +151,10 @@ class _Shifted:
     """(d,) float64: Σ values."""
 
     @classmethod
-    def of(cls, states: torch.Tensor, dtype: torch.dtype) -> _Shifted:
-        shift = (states.sum(dim=0, dtype=torch.float64) / len(states)).to(dtype)
-        values = states.to(dtype) - shift
+    def of(cls, states: torch.Tensor) -> _Shifted:
+        """``states`` (n, d), in the product dtype, shifted by their mean."""
+        shift = (states.sum(dim=0, dtype=torch.float64) / len(states)).to(states.dtype)
+        values = states - shift
         return cls(values, shift.to(torch.float64), values.sum(dim=0, dtype=torch.float64))
 
     def rows(self, where: torch.Tensor) -> _Shifted:
@@ -275,13 +276,13 @@ class GeometryObserver(costs.GeometryCosts):
         # Prepared: everything that allocates.
         device = states.device
         sums = self._sums(layer, states.shape[1], device)
-        shifted = _Shifted.of(states, torch_dtype(self.settings.product_dtype))
+        x = states.to(torch_dtype(self.settings.product_dtype))
+        shifted = _Shifted.of(x)
         earlier = [
             (self._cross(first, layer, states.shape[1], device), *self._kept_rows(first))
             for first in self._earlier[layer]
         ]
-        product = shifted.values.new_empty(states.shape[1], states.shape[1])
-        x = states.to(shifted.values.dtype)
+        product = x.new_empty(states.shape[1], states.shape[1])
         norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64)
         unit_sum = (x * norms.reciprocal().to(x.dtype)[:, None]).sum(dim=0, dtype=torch.float64)
         texts, means = self._text_sums(x)
