@@ -19,12 +19,12 @@ include: "rules/common.smk"
 
 
 wildcard_constraints:
-    model=MODEL_PATTERN,
-    dataset=KEY_PATTERN,
-    prompts=KEY_PATTERN,
-    training=KEY_PATTERN,
-    series=KEY_PATTERN,
-    task=TASK_KEYS,
+    model=WILDCARDS["model"],
+    dataset=WILDCARDS["key"],
+    prompts=WILDCARDS["key"],
+    training=WILDCARDS["key"],
+    series=WILDCARDS["key"],
+    task=WILDCARDS["task"],
 
 
 include: "rules/training.smk"

@@ -3,7 +3,7 @@
 
 rule sample_sentences:
     input:
-        exclude=excluded_sentences,
+        exclude=on.by_wildcards(TARGETS.excluded_sentences),
     output:
         LAYOUT.sentences(),
     log:
@@ -15,9 +15,9 @@ rule sample_sentences:
     # runs on the submitting host, where the network is; light on the CPU.
     localrule: True
     params:
-        source=lambda wildcards: dataset_config(wildcards)["source"],
-        n_samples=lambda wildcards: dataset_config(wildcards)["n_samples"],
-        sample_seed=lambda wildcards: dataset_config(wildcards)["sample_seed"],
-        exclude=lambda wildcards: dataset_config(wildcards)["exclude"],
+        source=on.config_entry(config, "datasets", "dataset", "source"),
+        n_samples=on.config_entry(config, "datasets", "dataset", "n_samples"),
+        sample_seed=on.config_entry(config, "datasets", "dataset", "sample_seed"),
+        exclude=on.config_entry(config, "datasets", "dataset", "exclude"),
     script:
         "../scripts/sample_sentences.py"

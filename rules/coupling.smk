@@ -11,17 +11,21 @@ from layerlaws.coupling.workflow import (
 COUPLING_PARAMS = {
     "prompts": lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
     "settings": CouplingSettings.params(config["coupling"]),
-    "dtype": model_dtype,
-    "quantization": model_quantization("coupling"),
+    "dtype": on.model_setting(EXPANDED, "dtype"),
+    "quantization": on.model_quantization(EXPANDED, "coupling"),
 }
 
 
 rule measure_coupling:
     input:
         model=LAYOUT.model(),
-        sentences=prompt_sentences,
-        initial=initial_model,
-        shards=coupling_shards,
+        sentences=on.by_wildcards(TARGETS.prompt_sentences),
+        initial=on.by_wildcards(TARGETS.initial_model),
+        shards=lambda wildcards: EXPANDED.coupling_sharding.files(
+            lambda shard: LAYOUT.coupling_shard(
+                wildcards.model, wildcards.prompts, shard
+            )
+        ),
     output:
         depth=f"{LAYOUT.coupling()}/depth.csv",
         singular_values=f"{LAYOUT.coupling()}/singular_values.csv",
@@ -36,7 +40,7 @@ rule measure_coupling:
         LAYOUT.log("measure_coupling", "{model}", "{prompts}"),
     threads: MODEL_THREADS
     resources:
-        **needs(PLANNER.measure_coupling),
+        **needs("measure_coupling"),
     params:
         **COUPLING_PARAMS,
     script:
@@ -48,15 +52,15 @@ rule measure_coupling:
 rule measure_coupling_shard:
     input:
         model=LAYOUT.model(),
-        sentences=prompt_sentences,
-        initial=initial_model,
+        sentences=on.by_wildcards(TARGETS.prompt_sentences),
+        initial=on.by_wildcards(TARGETS.initial_model),
     output:
         LAYOUT.coupling_shard(),
     log:
         LAYOUT.log("measure_coupling_shard", "{model}", "{prompts}", "{shard}"),
     threads: MODEL_THREADS
     resources:
-        **needs(PLANNER.measure_coupling_shard),
+        **needs("measure_coupling_shard"),
     params:
         **COUPLING_PARAMS,
         shards=config["coupling"]["shards"],

@@ -11,9 +11,9 @@ from layerlaws.equilearning.workflow import (
 PASS_PARAMS = {
     "settings": lambda wildcards: run_settings(config, wildcards.dataset),
     "observers": lambda wildcards: observer_params(config, wildcards.model),
-    "probe": model_probe,
-    "dtype": model_dtype,
-    "quantization": model_quantization("passes"),
+    "probe": on.model_setting(EXPANDED, "probe", "auto"),
+    "dtype": on.model_setting(EXPANDED, "dtype"),
+    "quantization": on.model_quantization(EXPANDED, "passes"),
 }
 
 
@@ -21,7 +21,11 @@ rule equilearning_pass:
     input:
         tokens=LAYOUT.tokens(),
         model=LAYOUT.model(),
-        shards=pass_shards,
+        shards=lambda wildcards: EXPANDED.equilearning_sharding.files(
+            lambda shard: LAYOUT.equilearning_shard(
+                wildcards.model, wildcards.dataset, shard
+            )
+        ),
         observer_sources=lambda wildcards: observer_sources(config, wildcards.model),
     output:
         pr=f"{LAYOUT.equilearning()}/pr.csv",
@@ -35,7 +39,7 @@ rule equilearning_pass:
         LAYOUT.log("equilearning_pass", "{model}", "{dataset}"),
     threads: MODEL_THREADS
     resources:
-        **needs(PLANNER.equilearning_pass),
+        **needs("equilearning_pass"),
     params:
         **PASS_PARAMS,
     script:
@@ -55,7 +59,7 @@ rule equilearning_pass_shard:
         LAYOUT.log("equilearning_pass_shard", "{model}", "{dataset}", "{shard}"),
     threads: MODEL_THREADS
     resources:
-        **needs(PLANNER.equilearning_pass_shard),
+        **needs("equilearning_pass_shard"),
     params:
         **PASS_PARAMS,
         shards=config["equilearning"]["shards"],

@@ -13,13 +13,13 @@ rule extract_hidden:
         LAYOUT.log("extract_hidden", "{model}", "{dataset}"),
     threads: MODEL_THREADS
     resources:
-        **needs(PLANNER.extract_hidden),
+        **needs("extract_hidden"),
     params:
-        dtype=model_dtype,
-        quantization=model_quantization("passes"),
+        dtype=on.model_setting(EXPANDED, "dtype"),
+        quantization=on.model_quantization(EXPANDED, "passes"),
         storage_dtype=config["hidden_states"]["dtype"],
         special_tokens=config["equilearning"]["special_tokens"],
-        probe=model_probe,
+        probe=on.model_setting(EXPANDED, "probe", "auto"),
         masking=MaskingSettings.params(config["equilearning"]["masking"]),
         encoder_decoder=config["equilearning"]["encoder_decoder"],
         layer_states=config["equilearning"]["layer_states"],

@@ -14,17 +14,17 @@ rule download_model:
     priority: 50
     localrule: True
     params:
-        model=download_settings,
+        model=on.by_wildcards(TARGETS.download_settings),
     script:
         "../scripts/download_model.py"
 
 
 rule prepare_model:
     input:
-        trained_weights,
+        on.by_wildcards(TARGETS.trained_weights),
         # The recorded commit is read from the cache; a newer record (a download run
         # again) reruns nothing: the source's settings are the params.
-        download=ancient(model_download),
+        download=ancient(on.by_wildcards(TARGETS.model_download)),
     output:
         directory(LAYOUT.model()),
     log:
@@ -32,7 +32,7 @@ rule prepare_model:
     # Before other ready jobs: a training's tokenizer model starts its chain, the longest.
     priority: 50
     params:
-        model=model_preparation,
+        model=on.by_wildcards(TARGETS.model_preparation),
     script:
         "../scripts/prepare_model.py"
 

@@ -7,7 +7,7 @@ from layerlaws.series.workflow import SERIES_FIGURES
 
 rule summarize_series:
     input:
-        unpack(series_inputs),
+        unpack(on.by_wildcards(TARGETS.series_inputs)),
     output:
         summary=report(
             f"{LAYOUT.series()}/summary.csv",
@@ -24,7 +24,7 @@ rule summarize_series:
     log:
         LAYOUT.log("summarize_series", "{series}"),
     params:
-        members=series_summary_members,
+        members=on.by_wildcards(TARGETS.series_summary_members),
         settings=lambda wildcards: SeriesSettings.params(
             config["series"][wildcards.series]
         ),
@@ -51,7 +51,7 @@ rule plot_series:
         LAYOUT.log("plot_series", "{series}"),
     params:
         plots=plot_options(config),
-        x=series_x,
+        x=on.config_entry(config, "series", "series", "x"),
         title="{series}",
     script:
         "../scripts/plot_series.py"

@@ -7,17 +7,17 @@ from layerlaws.signatures.workflow import OWN_CORPUS_FIGURES, SIGNATURE_FIGURES
 rule tokenize_corpus:
     input:
         model=LAYOUT.model(),
-        exclude=excluded_sentences,
+        exclude=on.by_wildcards(TARGETS.excluded_sentences),
     output:
         directory(f"{LAYOUT.signatures()}/shards"),
     log:
         LAYOUT.log("tokenize_corpus", "{model}", "{dataset}"),
     wildcard_constraints:
-        dataset=DATASET_KEYS,
+        dataset=WILDCARDS["dataset"],
     params:
-        source=lambda wildcards: dataset_config(wildcards)["source"],
+        source=on.config_entry(config, "datasets", "dataset", "source"),
         token_budget=config["signatures"]["token_budget"],
-        exclude=lambda wildcards: dataset_config(wildcards)["exclude"],
+        exclude=on.config_entry(config, "datasets", "dataset", "exclude"),
     script:
         "../scripts/tokenize_corpus.py"
 
@@ -31,7 +31,7 @@ rule count_tokens:
     log:
         LAYOUT.log("count_tokens", "{model}", "{dataset}"),
     wildcard_constraints:
-        dataset=DATASET_KEYS,
+        dataset=WILDCARDS["dataset"],
     threads: 2
     resources:
         mem_mb=EXECUTION.duckdb_memory_mb,
@@ -44,9 +44,7 @@ rule count_tokens:
 rule training_token_shards:
     input:
         sequences=f"{LAYOUT.training()}/sequences.npy",
-        tokenizer=lambda wildcards: LAYOUT.model(
-            training_config(wildcards)["tokenizer"]
-        ),
+        tokenizer=on.by_wildcards(TARGETS.training_tokenizer),
     output:
         directory(f"{LAYOUT.training_counts()}/shards"),
     log:
@@ -72,15 +70,19 @@ rule count_training_tokens:
 
 rule pool_counts:
     input:
-        unigrams=pool_members("unigrams"),
-        bigrams=pool_members("bigrams"),
+        unigrams=lambda wildcards: TARGETS.pool_members(
+            wildcards.model, wildcards.dataset, "unigrams"
+        ),
+        bigrams=lambda wildcards: TARGETS.pool_members(
+            wildcards.model, wildcards.dataset, "bigrams"
+        ),
     output:
         unigrams=f"{LAYOUT.signatures()}/unigrams.parquet",
         bigrams=f"{LAYOUT.signatures()}/bigrams.parquet",
     log:
         LAYOUT.log("pool_counts", "{model}", "{dataset}"),
     wildcard_constraints:
-        dataset=POOL_KEYS,
+        dataset=WILDCARDS["pool"],
     threads: 2
     resources:
         mem_mb=EXECUTION.duckdb_memory_mb,
@@ -90,8 +92,12 @@ rule pool_counts:
 
 rule compare_signatures:
     input:
-        unigrams=tokenizer_counts("unigrams"),
-        bigrams=tokenizer_counts("bigrams"),
+        unigrams=lambda wildcards: TARGETS.counts(
+            wildcards.model, wildcards.dataset, "unigrams"
+        ),
+        bigrams=lambda wildcards: TARGETS.counts(
+            wildcards.model, wildcards.dataset, "bigrams"
+        ),
         model=LAYOUT.model(),
     output:
         rcos=report(
@@ -141,7 +147,9 @@ rule plot_signatures:
 # cos(φ_next) over the group and each token's most frequent next tokens (Yao & Xu Fig. 12).
 rule compare_token_group:
     input:
-        bigrams=tokenizer_counts("bigrams"),
+        bigrams=lambda wildcards: TARGETS.counts(
+            wildcards.model, wildcards.dataset, "bigrams"
+        ),
         model=LAYOUT.model(),
         # The tokenizer whose ids the counts are in (a checkpoint's: its training's).
         tokenizer=lambda wildcards: LAYOUT.model(
@@ -153,7 +161,7 @@ rule compare_token_group:
     log:
         LAYOUT.log("compare_token_group", "{model}", "{dataset}", "{group}"),
     wildcard_constraints:
-        group=KEY_PATTERN,
+        group=WILDCARDS["key"],
     params:
         tokens=lambda wildcards: config["signatures"]["token_groups"][wildcards.group][
             "tokens"
@@ -176,7 +184,7 @@ rule plot_token_group:
     log:
         LAYOUT.log("plot_token_group", "{model}", "{dataset}", "{group}"),
     wildcard_constraints:
-        group=KEY_PATTERN,
+        group=WILDCARDS["key"],
     params:
         plots=plot_options(config, "signatures"),
         title="{model} on {dataset}: token group {group}",
@@ -186,8 +194,10 @@ rule plot_token_group:
 
 rule compare_corpora:
     input:
-        rcos=corpus_files("rcos.csv"),
-        per_token=corpus_files("per_token.parquet"),
+        rcos=lambda wildcards: TARGETS.corpus_files(wildcards.model, "rcos.csv"),
+        per_token=lambda wildcards: TARGETS.corpus_files(
+            wildcards.model, "per_token.parquet"
+        ),
     output:
         rcos=report(
             f"{LAYOUT.corpus_comparison()}/rcos_by_corpus.csv",
@@ -210,7 +220,7 @@ rule compare_corpora:
     log:
         LAYOUT.log("compare_corpora", "{model}"),
     params:
-        corpora=signature_corpora,
+        corpora=on.by_wildcards(EXPANDED.signature_corpora),
         plots=plot_options(config, "signatures"),
         title="{model}",
     script:
@@ -252,7 +262,7 @@ rule compare_own_corpora:
     log:
         LAYOUT.log("compare_own_corpora", "{own_corpus}"),
     wildcard_constraints:
-        own_corpus=KEY_PATTERN,
+        own_corpus=WILDCARDS["key"],
     params:
         runs=lambda wildcards: [
             list(run) for run in EXPANDED.own_corpus[wildcards.own_corpus]

@@ -10,9 +10,9 @@ rule tokenize:
     log:
         LAYOUT.log("tokenize", "{model}", "{dataset}"),
     params:
-        max_tokens=lambda wildcards: dataset_config(wildcards)["max_tokens"],
-        min_tokens=lambda wildcards: dataset_config(wildcards)["min_tokens"],
-        token_budget=lambda wildcards: dataset_config(wildcards)["token_budget"],
-        too_long=lambda wildcards: dataset_config(wildcards)["too_long"],
+        max_tokens=on.config_entry(config, "datasets", "dataset", "max_tokens"),
+        min_tokens=on.config_entry(config, "datasets", "dataset", "min_tokens"),
+        token_budget=on.config_entry(config, "datasets", "dataset", "token_budget"),
+        too_long=on.config_entry(config, "datasets", "dataset", "too_long"),
     script:
         "../scripts/tokenize_sentences.py"

@@ -17,10 +17,8 @@
 rule pack_training_corpus:
     input:
         corpus=lambda wildcards: TARGETS.training_corpus(wildcards.training),
-        held_out=held_out_sentences,
-        tokenizer=lambda wildcards: LAYOUT.model(
-            training_config(wildcards)["tokenizer"]
-        ),
+        held_out=on.by_wildcards(TARGETS.held_out_sentences),
+        tokenizer=on.by_wildcards(TARGETS.training_tokenizer),
     output:
         sequences=f"{LAYOUT.training()}/sequences.npy",
         held_out=f"{LAYOUT.training()}/held_out_sequences.npy",
@@ -29,7 +27,7 @@ rule pack_training_corpus:
         LAYOUT.log("pack_training_corpus", "{training}"),
     priority: 50
     params:
-        training=training_config,
+        training=on.config_entry(config, "training", "training"),
         source=lambda wildcards: TARGETS.training_source(wildcards.training),
     script:
         "../scripts/pack_training_corpus.py"
@@ -39,9 +37,7 @@ rule train_checkpoint:
     input:
         sequences=f"{LAYOUT.training()}/sequences.npy",
         held_out=f"{LAYOUT.training()}/held_out_sequences.npy",
-        tokenizer=lambda wildcards: LAYOUT.model(
-            training_config(wildcards)["tokenizer"]
-        ),
+        tokenizer=on.by_wildcards(TARGETS.training_tokenizer),
         previous=lambda wildcards: TARGETS.previous_step_record(
             wildcards.training, int(wildcards.step)
         ),
@@ -54,9 +50,9 @@ rule train_checkpoint:
     priority: 50
     threads: MODEL_THREADS
     resources:
-        **needs(PLANNER.train_checkpoint),
+        **needs("train_checkpoint"),
     params:
-        training=training_config,
+        training=on.config_entry(config, "training", "training"),
         checkpoint_folder=lambda wildcards: LAYOUT.checkpoints(wildcards.training),
     script:
         "../scripts/train_checkpoint.py"
@@ -73,7 +69,7 @@ rule train_model:
     log:
         LAYOUT.log("train_model", "{training}"),
     params:
-        training=training_config,
+        training=on.config_entry(config, "training", "training"),
     script:
         "../scripts/train_model.py"
 

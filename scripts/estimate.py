@@ -7,6 +7,7 @@ given (1 when none)."""
 from layerlaws.core.logs import run_logged
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, plan_table, runtime_overruns
 from layerlaws.training.epochs import corpus_line
+from layerlaws.training.scheduling import packed_corpus
 
 
 def training_lines(planner: JobPlanner) -> list[str]:
@@ -15,7 +16,7 @@ def training_lines(planner: JobPlanner) -> list[str]:
     for key, settings in planner.config["training"].items():
         dataset = planner.config["datasets"][settings["dataset"]]
         vocab_size = planner.size(settings["tokenizer"])[0].vocab_size
-        lines.append(corpus_line(key, settings, dataset, vocab_size, planner.packed_corpus(key)))
+        lines.append(corpus_line(key, settings, dataset, vocab_size, packed_corpus(planner, key)))
     return lines
 
 

@@ -16,6 +16,37 @@ log = logging.getLogger("layerlaws")
 Measured = TypeVar("Measured")
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """How a stage's model jobs are split: into ``shards`` jobs each (``equilearning.shards``,
+    ``coupling.shards``; 1: not split), each shard's job writing a file the stage's own job
+    merges."""
+
+    shards: int = 1
+
+    @property
+    def split(self) -> bool:
+        """Whether the stage's jobs are split into shard jobs."""
+        return self.shards > 1
+
+    def share(self, count: int) -> int:
+        """The most items of ``count`` one shard's job takes (all of them when not split)."""
+        return -(-count // self.shards)
+
+    def files(self, shard_file: Callable[[str], str]) -> list[str]:
+        """The shard jobs' files (``shard_file`` of each shard's number), none when not
+        split: what the stage's own job merges."""
+        return [shard_file(str(shard)) for shard in range(self.shards)] if self.split else []
+
+    def jobs(self, rule: str, data: str) -> list[tuple[str, str]]:
+        """(rule, data) of each model job of one run on ``data``: the stage's ``rule`` once,
+        or its shard rule (``<rule>_shard``) once per shard, the data labelled
+        ``<data>[<shard>/<shards>]``."""
+        if not self.split:
+            return [(rule, data)]
+        return [(f"{rule}_shard", f"{data}[{shard}/{self.shards}]") for shard in range(self.shards)]
+
+
 def shard_indices(count: int, shard: int, shards: int) -> range:
     """The indices of shard ``shard`` (0-based) of ``shards`` among ``count`` items (prompts,
     or sequences in order of first appearance): every ``shards``-th from ``shard`` on, so

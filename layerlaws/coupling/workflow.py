@@ -42,13 +42,12 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
     """Per coupling run its coupling and trajectory figures, and for a prompt set drawn
     from several datasets its per-prompt and per-dataset coupling."""
     paths = []
-    prompt_sets = expanded.config["coupling"]["prompts"]
     for model, prompts in expanded.coupling_runs:
         coupling = layout.coupling(model, prompts)
         trajectories = layout.trajectories(model, prompts)
         paths += [f"{coupling}/{name}.{plot_format}" for name in COUPLING_FIGURES]
         paths += [f"{trajectories}/{name}.{plot_format}" for name in TRAJECTORY_FIGURES]
-        if len(prompt_datasets(prompt_sets[prompts])) > 1:
+        if len(prompt_datasets(expanded.prompt_sets[prompts])) > 1:
             paths += per_prompt_outputs(coupling, plot_format)
     return paths
 
@@ -58,7 +57,7 @@ def check_coupling(expanded: Any) -> None:
     (``layerlaws.coupling.subset``); coupling runs name a model (after expansion) and a
     prompt set."""
     datasets = expanded.config["datasets"]
-    prompt_sets = expanded.config["coupling"]["prompts"]
+    prompt_sets = expanded.prompt_sets
     for name, prompts in prompt_sets.items():
         for dataset in prompt_datasets(prompts):
             require_key(f"coupling.prompts.{name}.dataset", dataset, "datasets", datasets)

@@ -35,7 +35,7 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
         paths += [f"{folder}/{name}.{plot_format}" for name in EQUILEARNING_FIGURES]
         if measures_geometry(expanded.config, model):
             paths.append(f"{folder}/{GEOMETRY}.{plot_format}")
-        if expanded.config["hidden_states"]["keep"]:
+        if expanded.hidden_states["keep"]:
             paths.append(layout.hidden(model, dataset))
     return paths
 

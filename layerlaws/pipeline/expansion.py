@@ -18,9 +18,11 @@ from types import MappingProxyType
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.core.shards import Sharding
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.stages import STAGES
 from layerlaws.series.workflow import TRAINING_CORPUS
+from layerlaws.text.corpus import prompt_datasets
 from layerlaws.training.plan import checkpoint_folder, checkpoint_steps
 
 STEP_REVISION = re.compile(r"^step(\d+)$")
@@ -268,6 +270,14 @@ class ExpandedConfig:
     of its trainings."""
     series: Mapping[str, tuple[SeriesMember, ...]]
     """The members of every series, in order."""
+    prompt_sets: Mapping[str, Mapping[str, Any]]
+    """Every prompt set by name (``coupling.prompts``)."""
+    equilearning_sharding: Sharding
+    """How each equi-learning pass is split (``equilearning.shards``)."""
+    coupling_sharding: Sharding
+    """How each coupling job is split (``coupling.shards``)."""
+    hidden_states: Mapping[str, Any]
+    """Whether every layer's states are kept, and in which dtype (``hidden_states``)."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], layout: Layout | None = None) -> ExpandedConfig:
@@ -301,11 +311,23 @@ class ExpandedConfig:
             signature_runs=_runs(config["signatures"]["runs"], added.signatures, "dataset"),
             own_corpus=MappingProxyType(own_corpus),
             series=MappingProxyType(series),
+            prompt_sets=MappingProxyType(config["coupling"]["prompts"]),
+            equilearning_sharding=Sharding(config["equilearning"]["shards"]),
+            coupling_sharding=Sharding(config["coupling"]["shards"]),
+            hidden_states=MappingProxyType(config["hidden_states"]),
         )
         for stage in STAGES:
             for check in stage.expanded_checks:
                 check(expanded)
         return expanded
+
+    def prompt_datasets(self) -> list[str]:
+        """The datasets the coupling runs' prompt sets draw from, in order (with repeats)."""
+        return [
+            dataset
+            for _, prompts in self.coupling_runs
+            for dataset in prompt_datasets(self.prompt_sets[prompts])
+        ]
 
     def tokenizer_owner(self, model: str) -> str:
         """The model whose tokenizer ``model`` uses (see ``tokenizer_owner``)."""

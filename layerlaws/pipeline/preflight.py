@@ -30,8 +30,8 @@ from layerlaws.core.packages import distribution, install_command, package_file,
 from layerlaws.coupling.workflow import ks_beyond
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.planning import JobPlanner
-from layerlaws.text.corpus import prompt_datasets
 from layerlaws.text.sources import CORPUS_DATA
+from layerlaws.training.scheduling import training_fit_problem
 
 MODEL_FOLDER = "give the folder that holds config.json, the weights and the tokenizer"
 LOCAL_PATH = ("/", "./", "../", "~")
@@ -153,8 +153,7 @@ def sampled_datasets(expanded: ExpandedConfig) -> list[str]:
     names = [dataset for _, dataset in expanded.runs]
     for _, corpus in expanded.signature_runs:
         names += pools.get(corpus, [corpus])
-    for _, prompts in expanded.coupling_runs:
-        names += prompt_datasets(config["coupling"]["prompts"][prompts])
+    names += expanded.prompt_datasets()
     for training in config["training"].values():
         names += [training["dataset"], training["held_out"]]
     known = config["datasets"]
@@ -238,11 +237,11 @@ def coupling_k_problems(planner: JobPlanner) -> list[str]:
 
 def training_fit_problems(planner: JobPlanner) -> list[str]:
     """Every training whose pass is planned at more than one GPU holds, where its
-    vocabulary is known now (``JobPlanner.training_fit_problem``), a line each."""
+    vocabulary is known now (``training_fit_problem``), a line each."""
     return [
         problem
         for training in planner.config["training"]
-        if (problem := planner.training_fit_problem(training))
+        if (problem := training_fit_problem(planner, training))
     ]
 
 

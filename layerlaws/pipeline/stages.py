@@ -1,7 +1,10 @@
 """The stages of the workflow, in the order they run: what the workflow knows of each is
-its module ``layerlaws.<stage>.workflow`` (its figures, final outputs and config checks).
-``rule all`` asks for every stage's final outputs (``Targets.final_outputs``), and an
-expanded config passes every stage's checks (``ExpandedConfig.from_config``).
+its module ``layerlaws.<stage>.workflow`` (its figures, final outputs and config checks)
+and, for a stage that runs models, ``layerlaws.<stage>.scheduling`` (its model-running
+rules and what their jobs need). ``rule all`` asks for every stage's final outputs
+(``Targets.final_outputs``), an expanded config passes every stage's checks
+(``ExpandedConfig.from_config``), and the planner plans every stage's model jobs
+(``JobPlanner``).
 """
 
 from __future__ import annotations
@@ -10,16 +13,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from layerlaws.core.model_jobs import ModelJob
+from layerlaws.coupling import scheduling as coupling_jobs
 from layerlaws.coupling import workflow as coupling
+from layerlaws.equilearning import scheduling as equilearning_jobs
 from layerlaws.equilearning import workflow as equilearning
 from layerlaws.series import workflow as series
 from layerlaws.signatures import workflow as signatures
 from layerlaws.synthetic import workflow as synthetic
+from layerlaws.training import scheduling as training_jobs
 from layerlaws.training import workflow as training
 
 if TYPE_CHECKING:
     from layerlaws.pipeline.expansion import ExpandedConfig
     from layerlaws.pipeline.layout import Layout
+    from layerlaws.pipeline.planning import JobPlanner
+
+
+def _no_jobs(_planner: JobPlanner) -> list[dict[str, Any]]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -32,21 +44,37 @@ class Stage:
     """Its checks of the config as written (before expansion)."""
     expanded_checks: tuple[Callable[[ExpandedConfig], None], ...] = ()
     """Its checks of the expanded config (its runs, the expanded models)."""
+    model_jobs: tuple[ModelJob, ...] = ()
+    """Its rules whose jobs run a model, with what a job needs."""
+    planned_jobs: Callable[[JobPlanner], list[dict[str, Any]]] = _no_jobs
+    """The rows of its model jobs in the plan of a whole config (``JobPlanner.plan``)."""
 
 
 STAGES = (
-    Stage(training.outputs, config_checks=(training.check_trainings,)),
+    Stage(
+        training.outputs,
+        config_checks=(training.check_trainings,),
+        model_jobs=training_jobs.MODEL_JOBS,
+        planned_jobs=training_jobs.planned_jobs,
+    ),
     Stage(
         equilearning.outputs,
         config_checks=(equilearning.check_observers,),
         expanded_checks=(equilearning.check_runs,),
+        model_jobs=equilearning_jobs.MODEL_JOBS,
+        planned_jobs=equilearning_jobs.planned_jobs,
     ),
     Stage(
         signatures.outputs,
         config_checks=(signatures.check_own_corpus,),
         expanded_checks=(signatures.check_signatures, signatures.check_token_groups),
     ),
-    Stage(coupling.outputs, expanded_checks=(coupling.check_coupling,)),
+    Stage(
+        coupling.outputs,
+        expanded_checks=(coupling.check_coupling,),
+        model_jobs=coupling_jobs.MODEL_JOBS,
+        planned_jobs=coupling_jobs.planned_jobs,
+    ),
     Stage(series.outputs, config_checks=(series.check_series,)),
     Stage(synthetic.outputs),
 )

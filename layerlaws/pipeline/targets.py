@@ -121,7 +121,7 @@ class Targets:
 
     def prompt_sentences(self, prompts: str) -> list[str]:
         """The sampled texts a prompt set draws from, if any."""
-        prompt_set = self.config["coupling"]["prompts"][prompts]
+        prompt_set = self.expanded.prompt_sets[prompts]
         return [self.layout.sentences(dataset) for dataset in prompt_datasets(prompt_set)]
 
     def excluded_sentences(self, dataset: str) -> list[str]:
@@ -144,6 +144,10 @@ class Targets:
         if settings["corpus"] == "sample":
             return None
         return dict(self.config["datasets"][settings["dataset"]]["source"])
+
+    def training_tokenizer(self, training: str) -> str:
+        """The prepared model whose tokenizer a training uses."""
+        return self.layout.model(self.config["training"][training]["tokenizer"])
 
     def held_out_sentences(self, training: str) -> list[str]:
         held_out = self.config["training"][training]["held_out"]
@@ -186,8 +190,7 @@ class Targets:
         and what they and the corpora counted for the signatures leave out, and theirs."""
         config, datasets = self.config, self.config["datasets"]
         names = [dataset for _, dataset in self.expanded.runs]
-        for _, prompts in self.expanded.coupling_runs:
-            names += prompt_datasets(config["coupling"]["prompts"][prompts])
+        names += self.expanded.prompt_datasets()
         for training in config["training"].values():
             names.append(training["held_out"])
             dataset = training["dataset"]

@@ -22,6 +22,7 @@ from layerlaws.equilearning.costs import (
     statistics_bytes,
 )
 from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
+from layerlaws.equilearning.scheduling import repeated_tokens
 from layerlaws.equilearning.settings import FuzzinessSettings
 from layerlaws.equilearning.statistics import EquilearningStatistics
 from layerlaws.forward.costs import HOST_BASE_MB, ModelSize
@@ -29,7 +30,7 @@ from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.pipeline.layout import Layout
-from layerlaws.pipeline.planning import JobPlanner, config_size, repeated_tokens
+from layerlaws.pipeline.planning import JobPlanner, config_size
 from layerlaws.text.tokens import tokenize_sentences
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,7 +222,7 @@ def test_the_paper_configs_t5_sizes_are_their_published_configs():
 def pass_needs(planner: JobPlanner, model: str, dataset: str):
     """The planner's needs of the pass of ``model`` on ``dataset`` before anything runs."""
     layout = planner.layout
-    return planner.equilearning_pass(
+    return planner.needs("equilearning_pass")(
         SimpleNamespace(model=model, dataset=dataset),
         SimpleNamespace(model=layout.model(model), tokens=layout.tokens(model, dataset)),
     )

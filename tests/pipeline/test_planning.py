@@ -18,6 +18,7 @@ from snakemake_runs import snakemake, write_config
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import SCHEMA_FILE
+from layerlaws.coupling.scheduling import job_needs as coupling_job_needs
 from layerlaws.forward.costs import ModelSize
 from layerlaws.forward.kept_states import storage_dtype
 from layerlaws.geometry.costs import accumulator_bytes
@@ -28,6 +29,7 @@ from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.planning import JobPlanner, gpu_hours_line, runtime_overruns
 from layerlaws.pipeline.preflight import training_fit_problems
 from layerlaws.training.plan import TrainingSpec, segment_ends
+from layerlaws.training.scheduling import training_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,7 +122,11 @@ def test_the_pass_memory_grows_with_the_fuzziness_classes(tmp_path):
             ).write_parquet(tokens)
         changed = copy.deepcopy(config)
         changed["equilearning"]["fuzziness"]["classes"] = classes_setting
-        return JobPlanner.from_config(changed, layout).equilearning_pass(wildcards, inputs).mem_mb
+        return (
+            JobPlanner.from_config(changed, layout)
+            .needs("equilearning_pass")(wildcards, inputs)
+            .mem_mb
+        )
 
     def class_sums_mb(classes: int) -> float:
         return (30 * 3 + 1) * classes * 576 * 8 / 2**20
@@ -155,7 +161,7 @@ def test_a_pass_plans_what_its_named_observers_declare(tmp_path, monkeypatch):
         changed = copy.deepcopy(config)
         changed["equilearning"]["observers"] = observers
         changed["execution"]["device"] = device
-        return JobPlanner.from_config(changed, layout).equilearning_pass(wildcards, inputs)
+        return JobPlanner.from_config(changed, layout).needs("equilearning_pass")(wildcards, inputs)
 
     example = {"name": "mean_norm", "class": f"{EXAMPLE}:MeanNorm"}
     bare, geometry = planned([]), planned(["geometry"])
@@ -278,7 +284,10 @@ def test_families_that_keep_whole_sequence_products_are_planned_so(tmp_path):
     sizes = {
         kind: ModelSize(1_000_000_000, 16, 2048, 50304, kind) for kind in ("gpt_neox", "mamba")
     }
-    needs = {kind: planner._coupling("gpt2", size, "leaderboard") for kind, size in sizes.items()}
+    needs = {
+        kind: coupling_job_needs(planner, "gpt2", size, "leaderboard")
+        for kind, size in sizes.items()
+    }
     assert needs["mamba"].runtime > 4 * needs["gpt_neox"].runtime > 0
 
 
@@ -333,7 +342,7 @@ def test_a_training_is_planned_a_segment_at_a_time(tmp_path):
         assert [row["data"] for row in ours] == [
             f"{settings['dataset']}[{index}/{len(ends)}]" for index in range(len(ends))
         ]
-        per_step = planner.training_tokens(training) / settings["steps"]
+        per_step = training_tokens(planner, training) / settings["steps"]
         tokens = [row["tokens"] for row in ours]
         np.testing.assert_allclose(tokens, np.diff([0, *ends]) * per_step, atol=1)
         assert max(row["runtime"] for row in ours) < 2880, training

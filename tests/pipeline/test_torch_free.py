@@ -37,7 +37,7 @@ def assert_torch_free(modules):
 
 def test_the_workflow_imports_no_torch():
     modules = workflow_imports()
-    assert "layerlaws.pipeline.expansion" in modules
+    assert "layerlaws.pipeline.startup" in modules
     assert_torch_free(modules)
 
 

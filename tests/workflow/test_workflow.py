@@ -413,7 +413,7 @@ def test_model_jobs_ask_for_what_their_model_and_tokens_need(finished, base_conf
     validated = yaml.safe_load((workdir / "config.yaml").read_text())
     validate(validated, str(SCHEMA_FILE))
     wildcards = SimpleNamespace(model=model, dataset="mini")
-    needs = JobPlanner.from_config(validated).equilearning_pass(wildcards, inputs)
+    needs = JobPlanner.from_config(validated).needs("equilearning_pass")(wildcards, inputs)
     for name in ("gpu", "mem_mb", "disk_mb", "runtime"):
         assert f"{name}={getattr(needs, name)}" in job, job
 
