@@ -79,44 +79,18 @@ if not workflow.is_main_process:
     for variable in HUB_OFFLINE_VARIABLES:
         os.environ.setdefault(variable, "1")
 # The run's default-resources (a profile's or --default-resources'), which Snakemake gives
-# every rule before its own resources.
+# every rule before its own resources: a job's partition follows its GPU claim.
 DEFAULT_RESOURCES = Resources.from_mapping(
     workflow.resource_settings.default_resources or {}
 )
-
-
-def job_partition(gpus, **job):
-    """The SLURM partition of a job that claims ``gpus`` GPUs: execution.gpu_partition when
-    it claims one and that is set, else the default-resources' `slurm_partition` evaluated
-    for the job (``job``: what Snakemake evaluates resources with); None without one."""
-    if gpus and EXECUTION.gpu_partition:
-        return EXECUTION.gpu_partition
-    return DEFAULT_RESOURCES.get("slurm_partition").evaluate(**job).value
+PARTITION = on.partition_router(
+    EXECUTION.gpu_partition, DEFAULT_RESOURCES.get("slurm_partition")
+)
 
 
 def needs(rule_name):
     """The resources of a model-running rule's jobs (layerlaws.pipeline.planning)."""
-    return on.job_resources(PLANNER.needs(rule_name), job_partition)
-
-
-def rule_partitions(wildcards):
-    """Rule name → its `slurm_partition` as Snakemake resolves it, for `snakemake estimate`:
-    a model-running rule's follows the GPU claim of the jobs it plans."""
-    planned = max((row["gpu"] for row in PLANNER.plan()), default=0)
-    job = dict(wildcards=wildcards, input=[], attempt=1, threads=1, async_run=None)
-    return {
-        declared.name: declared.resources.get("slurm_partition")
-        .evaluate(**job, rulename=declared.name, gpus=planned)
-        .value
-        for declared in workflow.rules
-    }
-
-
-def given_gpus():
-    """The GPUs of ``--resources gpu=N`` (1 when none is given), for `snakemake estimate`."""
-    given = workflow.resource_settings.resources
-    value = given.get("gpu") if hasattr(given, "get") else None
-    return int(getattr(value, "value", value) or 1)
+    return on.job_resources(PLANNER.needs(rule_name), PARTITION)
 
 
 def local_gpu_jobs():

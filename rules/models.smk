@@ -56,7 +56,7 @@ rule estimate:
         LAYOUT.log("estimate"),
     localrule: True
     params:
-        partitions=rule_partitions,
-        gpus=given_gpus(),
+        partitions=on.rule_partitions(workflow.rules, PLANNER),
+        gpus=on.given_gpus(workflow.resource_settings.resources),
     script:
         "../scripts/estimate.py"

@@ -2,83 +2,16 @@
 forward pass of a model over a dataset's tokens that streams the equi-learning statistics
 and writes the PR, fuzziness, token-view and evaluation tables
 (results/equilearning/…/pr.csv), and the named observers' (``equilearning.observers``:
-results/equilearning/…/observers/<name>.csv, written as one folder). With
-``equilearning.shards`` above 1, a shard job runs the pass over every N-th text into
-shards/{shard}.pt and ``equilearning_pass`` merges the shards (``layerlaws.core.shards``,
-``layerlaws.forward.shards``)."""
-
-import logging
-
-import polars as pl
-import torch
+results/equilearning/…/observers/<name>.csv); with ``equilearning.shards`` above 1, a shard
+job's part into shards/{shard}.pt, merged by ``equilearning_pass``
+(``layerlaws.equilearning.pass_job``)."""
 
 from layerlaws.core.logs import run_logged
-from layerlaws.core.progress import job_saves
-from layerlaws.core.shards import ShardedJob
-from layerlaws.equilearning.equilearning_pass import EquilearningPass
-from layerlaws.equilearning.settings import EquilearningSettings
-from layerlaws.forward.observers import ObserverSpec
-from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
-from layerlaws.forward.span_corruption import seq2seq_vocabulary
-from layerlaws.models.facts import read_facts
-from layerlaws.models.loading import claimed_model, load_tokenizer
+from layerlaws.equilearning.pass_job import run_pass_job
 from layerlaws.pipeline.execution import Execution
 
-
-def main() -> None:
-    execution, params, inputs = (
-        Execution.from_config(snakemake.config),
-        snakemake.params,
-        snakemake.input,
-    )
-    tokenizer = load_tokenizer(inputs.model)
-    pass_ = EquilearningPass.prepare(
-        pl.read_parquet(inputs.tokens),
-        read_facts(inputs.model),
-        tokenizer,
-        EquilearningSettings.from_params(params),
-        params.probe,
-        seq2seq_vocabulary(inputs.model, tokenizer),
-        [
-            ObserverSpec.from_params(entry, f"observers[{i}]")
-            for i, entry in enumerate(params.observers)
-        ],
-    )
-    if not pass_.observers.evaluated:
-        logging.getLogger("layerlaws").warning(
-            "no held-out evaluation: %s has no trained head for %s targets",
-            inputs.model,
-            pass_.probe,
-        )
-    job = ShardedJob.of(params.get("shards", 1), snakemake.wildcards, inputs)
-
-    def measure(indices, saves):
-        torch.set_num_threads(snakemake.threads)
-        devices = execution.device_request(snakemake.resources.gpu)
-        with claimed_model(
-            inputs.model, params.dtype, params.quantization, devices, job.described()
-        ) as (model, claim):
-            return pass_.run(
-                model, execution.batch_size, claim.device, saves=saves, sequence_indices=indices
-            )
-
-    job.run(
-        pass_.tokens["sentence_id"].n_unique(),
-        saves=lambda: job_saves(
-            snakemake.output[0],
-            [inputs.tokens, inputs.model],
-            dict(params.items()),
-            execution.checkpoint_minutes,
-        ),
-        measure=measure,
-        merge=lambda files: merge_pass_shards(
-            files, pass_.observers.all, lambda: pass_.fresh_observers().all
-        ),
-        write_shard=lambda report: write_pass_shard(
-            snakemake.output[0], pass_.observers.all, report
-        ),
-        write_outputs=lambda report, saves: pass_.write_outputs(snakemake.output, report, saves),
-    )
-
-
-run_logged(main, snakemake.log[0], snakemake.resources)
+run_logged(
+    lambda: run_pass_job(snakemake, Execution.from_config(snakemake.config)),
+    snakemake.log[0],
+    snakemake.resources,
+)

@@ -20,13 +20,21 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import polars as pl
+import torch
 
-from layerlaws.core.atomic import atomic_path
+from layerlaws.core.atomic import atomic_path, write_csv
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.progress import ProgressSaves
+from layerlaws.core.progress import ProgressSaves, job_saves
+from layerlaws.core.shards import ShardedJob
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, require_ks_within
-from layerlaws.coupling.prompt_set import PromptFiles, measure_prompts, prompt_folder
+from layerlaws.coupling.prompt_set import (
+    PromptFiles,
+    measure_prompts,
+    prompt_folder,
+    write_outputs,
+)
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.subset import jacobian_indices
 from layerlaws.models.architectures import require_single_stack
 from layerlaws.models.devices import DeviceRequest
 from layerlaws.models.facts import read_facts
@@ -199,3 +207,53 @@ def _unit_of(name: str) -> tuple[str, str]:
     """(weights, prompt index) of an archive member ``<weights>/<index>``."""
     weights, _, index = name.rpartition("/")
     return weights, index
+
+
+def run_coupling_job(job: Any, execution: Any) -> None:
+    """Run the job ``job`` of ``measure_coupling`` or ``measure_coupling_shard`` (a Snakemake
+    script's ``snakemake`` object: its input, output, params, wildcards, threads and
+    resources) under the config's ``execution`` settings
+    (``layerlaws.pipeline.execution.Execution``): measure its prompts (every prompt, a
+    shard's, or the shards' archives merged), then write a shard's archive or the tables
+    and remove what was kept to resume."""
+    params, output = job.params, job.output
+    settings = CouplingSettings.from_params(params)
+    model, initial = job.input.model, job.input.initial
+    prompts, labels, datasets = job_prompts(model, params.prompts, job.input.sentences)
+    jacobians = jacobian_indices(params.prompts, datasets)
+
+    def measure(indices: Sequence[int], saves: ProgressSaves) -> PromptFiles:
+        torch.set_num_threads(job.threads)
+        return measure_job(
+            model,
+            initial[0] if initial else None,
+            prompts,
+            indices,
+            settings=settings,
+            dtype=params.dtype,
+            quantization=params.quantization,
+            jacobian_indices=jacobians,
+            devices=execution.device_request(job.resources.gpu),
+            vjp_chunk=execution.vjp_chunk,
+            saves=saves,
+        )
+
+    def write_all(measured: PromptFiles, _saves: ProgressSaves | None) -> None:
+        token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
+        write_outputs(measured, labels, token_coupling, settings, output)
+        write_csv(output.prompts, prompt_table(prompts, datasets, jacobians))
+
+    ShardedJob.of(params.get("shards", 1), job.wildcards, job.input).run(
+        len(prompts),
+        saves=lambda: job_saves(
+            output[0],
+            [model, *job.input.sentences, *initial],
+            dict(params.items()),
+            execution.checkpoint_minutes,
+        ),
+        measure=measure,
+        merge=lambda files: ShardArchives(files, len(prompts)),
+        write_shard=lambda measured: write_shard(output[0], measured),
+        write_outputs=write_all,
+        written=lambda measured: measured.remove(),
+    )

@@ -102,6 +102,12 @@ class JobPlanner:
     def needs(self, rule: str) -> Callable[[Any, Any], Needs]:
         """What a job of the model-running ``rule`` needs, as a function of its wildcards
         and input files (``MODEL_JOBS``)."""
+        if rule not in MODEL_JOBS:
+            raise LayerlawsError(
+                f"rule {rule} asks for the needs of a model job, but no stage declares it: "
+                f"add a ModelJob for it to its stage's MODEL_JOBS (<stage>/scheduling.py) and "
+                f"the stage's model_jobs in layerlaws/pipeline/stages.py"
+            )
         job = MODEL_JOBS[rule]
         return lambda wildcards, input: job.needs(self, wildcards, input)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from layerlaws.forward.costs import Needs
@@ -86,3 +86,44 @@ def job_resources(
         )
 
     return {**{name: need(name) for name in NEEDS}, "slurm_partition": slurm_partition}
+
+
+def partition_router(gpu_partition: str | None, default: Any) -> Callable[..., str | None]:
+    """The SLURM partition of a job, ``partition(gpus, **job)``: ``gpu_partition``
+    (``execution.gpu_partition``) when the job claims GPUs and that is set, else the run's
+    default-resources' ``slurm_partition`` (``default``: Snakemake's resource, evaluated with
+    what Snakemake evaluates resources with, ``job``); None where none is set."""
+
+    def partition(gpus: int, **job: Any) -> str | None:
+        if gpus and gpu_partition:
+            return gpu_partition
+        return default.evaluate(**job).value
+
+    return partition
+
+
+def rule_partitions(rules: Iterable[Any], planner: Any) -> Callable[[Any], dict[str, Any]]:
+    """For ``snakemake estimate``: a function of its job's wildcards giving each of the
+    workflow's ``rules``' name → its ``slurm_partition`` as Snakemake resolves it
+    (default-resources, the rule's own, set-resources), None where none is set; a
+    model-running rule's follows the GPU claim of the jobs the ``planner`` plans (GPUs
+    unless execution.device is cpu)."""
+
+    def partitions(wildcards: Any) -> dict[str, Any]:
+        planned = max((row["gpu"] for row in planner.plan()), default=0)
+        job = dict(wildcards=wildcards, input=[], attempt=1, threads=1, async_run=None)
+        return {
+            rule.name: rule.resources.get("slurm_partition")
+            .evaluate(**job, rulename=rule.name, gpus=planned)
+            .value
+            for rule in rules
+        }
+
+    return partitions
+
+
+def given_gpus(resources: Any) -> int:
+    """The GPUs of ``--resources gpu=N`` (Snakemake's ``resources`` given to the run; 1 when
+    none is given), for ``snakemake estimate``'s wall time."""
+    value = resources.get("gpu") if hasattr(resources, "get") else None
+    return int(getattr(value, "value", value) or 1)
