@@ -9,7 +9,7 @@ from layerlaws.coupling.workflow import (
 )
 
 COUPLING_PARAMS = {
-    "prompts": lambda wildcards: config["coupling"]["prompts"][wildcards.prompts],
+    "prompts": lambda wildcards: EXPANDED.prompt_sets[wildcards.prompts],
     "settings": CouplingSettings.params(config["coupling"]),
     "dtype": on.model_setting(EXPANDED, "dtype"),
     "quantization": on.model_quantization(EXPANDED, "coupling"),
@@ -63,7 +63,7 @@ rule measure_coupling_shard:
         **needs("measure_coupling_shard"),
     params:
         **COUPLING_PARAMS,
-        shards=config["coupling"]["shards"],
+        shards=EXPANDED.coupling_sharding.shards,
     script:
         "../scripts/measure_coupling.py"
 

@@ -62,7 +62,7 @@ rule equilearning_pass_shard:
         **needs("equilearning_pass_shard"),
     params:
         **PASS_PARAMS,
-        shards=config["equilearning"]["shards"],
+        shards=EXPANDED.equilearning_sharding.shards,
     script:
         "../scripts/equilearning_pass.py"
 

@@ -17,7 +17,7 @@ rule extract_hidden:
     params:
         dtype=on.model_setting(EXPANDED, "dtype"),
         quantization=on.model_quantization(EXPANDED, "passes"),
-        storage_dtype=config["hidden_states"]["dtype"],
+        storage_dtype=EXPANDED.hidden_states["dtype"],
         special_tokens=config["equilearning"]["special_tokens"],
         probe=on.model_setting(EXPANDED, "probe", "auto"),
         masking=MaskingSettings.params(config["equilearning"]["masking"]),
