@@ -6,10 +6,11 @@ Recomputed from the configs (slow): the default datasets' tokens and next-token 
 rows (sampled and tokenised as the pipeline does, with SmolLM2's own tokenizer), the trained
 model's parameters, and the equi-learning passes configs/paper.yaml plans.
 
-Kept by docs/readme_numbers.py (fast): every number README.md and docs/results.md quote
-from a default run's tables is the one docs/default_run_numbers.json holds, the snapshot that
-script writes from a default run's results; and the script's extractions and formats, on a
-small made-up results folder."""
+Rendered by docs/results_pages.py (fast): README.md and docs/results.md are their templates
+with every number they quote from a default run's tables taken from
+docs/default_run_numbers.json, the snapshot that script writes from a default run's results;
+and the script's extractions, formats and checks, on a small made-up results folder and
+made-up pages."""
 
 import importlib.util
 import json
@@ -28,18 +29,17 @@ from layerlaws.text.tokens import tokenize_sentences
 
 ROOT = Path(__file__).parents[1]
 
-# docs/readme_numbers.py: the numbers README.md and docs/results.md quote from a default run's
-# tables, each entry on one of its PAGES.
-_spec = importlib.util.spec_from_file_location(
-    "readme_numbers", ROOT / "docs" / "readme_numbers.py"
-)
-numbers = sys.modules["readme_numbers"] = importlib.util.module_from_spec(_spec)
+# docs/results_pages.py: the pages that quote a default run's numbers, rendered from their
+# templates.
+_spec = importlib.util.spec_from_file_location("results_pages", ROOT / "docs" / "results_pages.py")
+numbers = sys.modules["results_pages"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(numbers)
 SNAPSHOT = json.loads(numbers.SNAPSHOT.read_text())
 
-PAGES = numbers.read_pages()
-"""The text of each page the script's numbers are quoted on, by page."""
-RESULTS = PAGES[numbers.RESULTS_PAGE]
+PAGES = {page: (ROOT / page).read_text() for page in numbers.TEMPLATES}
+"""The text of each page the script renders, by page."""
+TEMPLATES = numbers.read_templates()
+RESULTS = PAGES["docs/results.md"]
 """What the default run finds (docs/results.md)."""
 GPUS_AND_CLUSTERS = (ROOT / "docs" / "gpus-and-clusters.md").read_text()
 """Where the paper config's plan is stated."""
@@ -126,86 +126,22 @@ def test_the_paper_configs_equilearning_passes():
     assert _stated(r"The (\d+) equi-learning passes", GPUS_AND_CLUSTERS) == (len(expanded.runs),)
 
 
-# docs/readme_numbers.py: the numbers of README.md and docs/results.md from a default run's
-# tables.
+# docs/results_pages.py: README.md and docs/results.md rendered from their templates and the
+# snapshot of a default run's numbers.
 
 
-@pytest.mark.parametrize("entry", numbers.ENTRIES, ids=lambda entry: entry.name)
-def test_the_page_quotes_the_default_runs_number(entry):
-    """Each number is quoted in exactly one place of its page, as the snapshot of the default
-    run has it (after a default run: `python docs/readme_numbers.py results --write-snapshot
-    docs/default_run_numbers.json`, then `--update-pages`)."""
-    places = numbers.matches(PAGES[entry.page], entry)
-    assert len(places) == 1, (
-        f"{entry.name}: {entry.regex!r} matches {len(places)} times in {entry.page}"
-    )
-    assert places[0].group(1) == SNAPSHOT.get(entry.name), (
-        f"{entry.name}: {entry.page} says {places[0].group(1)!r}, "
-        f"the snapshot {SNAPSHOT.get(entry.name)!r}"
-    )
-
-
-def test_the_pages_are_checked_against_the_snapshot():
-    assert numbers.problems(PAGES, SNAPSHOT) == []
+def test_the_pages_are_their_templates_rendered_with_the_snapshot():
+    """After a default run: `python docs/results_pages.py results --write-snapshot
+    docs/default_run_numbers.json`, then `--render`; to change the prose, edit the template
+    (docs/templates/) and render."""
+    assert numbers.problems(PAGES, TEMPLATES, SNAPSHOT) == []
     assert numbers.main(["--check"]) == 0
-    assert {entry.page for entry in numbers.ENTRIES} == set(numbers.PAGES)
-
-
-def _with_readme_number(name: str, wrong: str) -> dict[str, str]:
-    """The pages with README.md's number of entry ``name`` replaced by ``wrong``."""
-    entry = next(entry for entry in numbers.ENTRIES if entry.name == name)
-    assert entry.page == numbers.README
-    readme = PAGES[numbers.README]
-    (place,) = numbers.matches(readme, entry)
-    start, end = place.span(1)
-    return {**PAGES, numbers.README: readme[:start] + wrong + readme[end:]}
-
-
-@pytest.mark.parametrize(
-    ("name", "wrong"),
-    [
-        ("headline.law.wiki-science.next.r", "−0.947"),
-        ("headline.law.wiki-science.next.rho", "0.9945"),
-        ("headline.law.wiki-science.next.pr_first", "0.808"),
-        ("headline.law.wiki-science.next.pr_last", "0.769"),
-        ("headline.law.wiki-culture.next.r", "−0.957"),
-        ("headline.series.step0.wiki-science.pearson", "+0.130"),
-        ("headline.series.step800.wiki-science.pearson", "−0.929"),
-    ],
-)
-def test_a_wrong_headline_number_in_the_readme_is_reported(name, wrong):
-    """README.md's headline quotes the default run's numbers too: one altered there (and not
-    in docs/results.md, which quotes the same values) is the one problem found."""
-    problem = f"{name}: README.md says {wrong!r}, the snapshot {SNAPSHOT[name]!r}"
-    assert numbers.problems(_with_readme_number(name, wrong), SNAPSHOT) == [problem]
-
-
-def test_check_reports_a_wrong_readme_number_and_update_pages_fixes_it(tmp_path, capsys):
-    """--check and --update-pages on a copy of the pages with README.md's step-800 r altered."""
-    name = "headline.series.step800.wiki-science.pearson"
-    for page, text in _with_readme_number(name, "−0.991").items():
-        _write(tmp_path / page, text)
-    assert numbers.main(["--check", "--root", str(tmp_path)]) == 1
-    assert capsys.readouterr().out == (
-        f"{name}: README.md says '−0.991', the snapshot {SNAPSHOT[name]!r}\n"
-    )
-    assert numbers.main(["--update-pages", "--check", "--root", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"{name}: −0.991 → {SNAPSHOT[name]}"
-    assert {page: (tmp_path / page).read_text() for page in numbers.PAGES} == PAGES
 
 
 def test_the_snapshot_has_exactly_the_scripts_entries():
     names = [entry.name for entry in numbers.ENTRIES]
     assert len(set(names)) == len(names), "two entries share a name"
     assert sorted(SNAPSHOT) == sorted(names)
-
-
-def test_no_two_entries_capture_the_same_number():
-    spans = [
-        (entry.page, numbers.matches(PAGES[entry.page], entry)[0].span(1))
-        for entry in numbers.ENTRIES
-    ]
-    assert len(set(spans)) == len(spans)
 
 
 @pytest.mark.parametrize(
@@ -339,48 +275,51 @@ def test_an_entry_whose_row_is_missing_or_twice_fails(made_up_results):
         entries["synthetic.add.linear.r_order"].text(numbers.Results(made_up_results))
 
 
-def test_the_pages_are_rewritten_and_checked_number_by_number():
-    """``substituted`` replaces each captured number only, in its entry's page; ``problems``
-    names every entry whose text differs from the snapshot, matches other than once in its
-    page, or is missing."""
-    text = (
-        "| a | −0.974 | 0.99 |\nr = +0.13 on `x`, then\n1,202 at layer 30; again r = +0.13 on `y`\n"
-    )
-    pages = {"a.md": text, "b.md": "The headline: r = +0.13 on `x`.\n"}
-    entries = [
-        numbers.Entry("b.x.r", numbers.pattern("r = {} on `x`"), None, None, "b.md"),
-        numbers.Entry("a.r", numbers.pattern("^| a | {} |"), None, None, "a.md"),
-        numbers.Entry("a.rho", numbers.pattern("^| a | {n} | {} |"), None, None, "a.md"),
-        numbers.Entry("x.r", numbers.pattern("r = {} on `x`"), None, None, "a.md"),
-        numbers.Entry("d", numbers.pattern("then {} at layer 30"), None, None, "a.md"),
-    ]
-    snapshot = {"b.x.r": "−0.21", "a.r": "−0.975", "a.rho": "0.99", "x.r": "−0.20", "d": "1,203"}
-    new, changes = numbers.substituted(pages, snapshot, entries)
-    assert new == {
-        "a.md": "| a | −0.975 | 0.99 |\nr = −0.20 on `x`, then\n1,203 at layer 30; again r = +0.13 "
-        "on `y`\n",
-        "b.md": "The headline: r = −0.21 on `x`.\n",
+def test_the_pages_are_rendered_and_checked_placeholder_by_placeholder():
+    """``rendered`` puts each entry's number in its placeholder; ``problems`` names a page
+    that differs from its rendering (its first differing line), a placeholder that names no
+    entry, an entry quoted twice or never, and a name only the snapshot or the entries have;
+    ``--render`` writes the pages and ``--check`` then finds nothing."""
+    entries = [numbers.Entry(name, None, None) for name in ("a.r", "a.rho", "b.r")]
+    templates = {
+        "a.md": "| a | {{ a.r }} | {{ a.rho }} |\nr = {{ a.r }}? no: {{ b.r }} on `x`\n",
+        "b.md": "The headline, unquoted.\n",
     }
-    assert changes == [
-        "a.r: −0.974 → −0.975",
-        "x.r: +0.13 → −0.20",
-        "d: 1,202 → 1,203",
-        "b.x.r: +0.13 → −0.21",
-    ]
-    assert numbers.problems(new, snapshot, entries) == []
-    assert numbers.problems(pages, snapshot, entries) == [
-        "b.x.r: b.md says '+0.13', the snapshot '−0.21'",
-        "a.r: a.md says '−0.974', the snapshot '−0.975'",
-        "x.r: a.md says '+0.13', the snapshot '−0.20'",
-        "d: a.md says '1,202', the snapshot '1,203'",
-    ]
-    ambiguous = [
-        numbers.Entry("r", numbers.pattern("r = {} on"), None, None, "a.md"),
-        numbers.Entry("b.r", numbers.pattern("r = {} on"), None, None, "b.md"),
-    ]
-    assert numbers.problems(pages, {"r": "+0.13", "b.r": "+0.13", "stale": "1"}, ambiguous) == [
+    snapshot = {"a.r": "−0.975", "a.rho": "0.99", "b.r": "+0.13"}
+    assert numbers.rendered(templates["a.md"], snapshot) == (
+        "| a | −0.975 | 0.99 |\nr = −0.975? no: +0.13 on `x`\n"
+    )
+    assert numbers.problems({}, templates, {**snapshot, "stale": "1"}, entries) == [
         "stale: in the snapshot, not an entry of the script",
-        "r: its pattern matches 2 times in a.md",
+        "a.r: quoted 2 times by the templates, not once",
     ]
-    with pytest.raises(ValueError, match=r"matches 2 times in a\.md"):
-        numbers.substituted(pages, {"r": "+0.13", "b.r": "+0.13"}, ambiguous)
+    templates["a.md"] = "| a | {{ a.r }} | {{ a.rho }} |\nr = {{ c.r }} on `x`\n"
+    assert numbers.problems({}, templates, snapshot, entries) == [
+        "c.r: a placeholder that names no entry",
+        "b.r: quoted 0 times by the templates, not once",
+    ]
+    with pytest.raises(KeyError, match=r"\{\{ c\.r \}\} names no number"):
+        numbers.rendered(templates["a.md"], snapshot)
+    templates["a.md"] = "| a | {{ a.r }} | {{ a.rho }} |\nr = {{ b.r }} on `x`\n"
+    pages = {"a.md": "| a | −0.974 | 0.99 |\nr = +0.13 on `x`\n", "b.md": templates["b.md"]}
+    assert numbers.problems(pages, templates, snapshot, entries) == [
+        "a.md:1: '| a | −0.974 | 0.99 |', rendered '| a | −0.975 | 0.99 |'"
+    ]
+
+
+def test_render_writes_the_pages_that_check_then_passes(tmp_path, capsys):
+    """``--check`` on a copy of the pages with README.md's step-800 r altered names its
+    line; ``--render`` restores the page exactly."""
+    for page, template in numbers.TEMPLATES.items():
+        for name, text in ((page, PAGES[page]), (template, TEMPLATES[page])):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(text)
+    number = SNAPSHOT["headline.series.step800.wiki-science.pearson"]
+    assert PAGES["README.md"].count(f"(r = {number})") == 1
+    (tmp_path / "README.md").write_text(
+        PAGES["README.md"].replace(f"(r = {number})", "(r = −0.991)")
+    )
+    assert numbers.main(["--check", "--root", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.startswith("README.md:")
+    assert numbers.main(["--render", "--check", "--root", str(tmp_path)]) == 0
+    assert {page: (tmp_path / page).read_text() for page in numbers.TEMPLATES} == PAGES
