@@ -17,17 +17,20 @@ from pathlib import Path
 
 
 def job_times(workdir: Path, since: float) -> dict[tuple[str, float], float]:
-    """(rule, start) → end of every job, in seconds since the epoch (a job's outputs share
-    its end time, so each job is counted once, from its earliest recorded start)."""
-    starts: dict[tuple[str, float], float] = {}
+    """(rule, start) → end of every job, in seconds since the epoch. Snakemake records each
+    output apart, with the job's hash: a job is counted once, from the earliest start to
+    the latest end of its outputs (a job that writes them one after another records
+    several)."""
+    spans: dict[tuple[str, int], tuple[float, float]] = {}
     for record in (workdir / ".snakemake" / "metadata").iterdir():
         meta = json.loads(record.read_text())
         if meta.get("incomplete") or meta.get("starttime") is None:
             continue
         if meta["starttime"] >= since:
-            key = (meta["rule"], meta["endtime"])
-            starts[key] = min(starts.get(key, meta["starttime"]), meta["starttime"])
-    return {(rule, start): end for (rule, end), start in starts.items()}
+            key = (meta["rule"], meta["job_hash"])
+            start, end = spans.get(key, (meta["starttime"], meta["endtime"]))
+            spans[key] = (min(start, meta["starttime"]), max(end, meta["endtime"]))
+    return {(rule, start): end for (rule, _), (start, end) in spans.items()}
 
 
 def main() -> None:
