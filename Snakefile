@@ -1,5 +1,6 @@
 # layerlaws: the layer-wise laws of large language models.
-# A table of contents: one rule file per stage, helpers in rules/common.smk.
+# A table of contents: start-up in rules/common.smk, then one rule file per stage
+# (layerlaws/pipeline/stages.py: STAGES).
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -27,16 +28,9 @@ wildcard_constraints:
     task=WILDCARDS["task"],
 
 
-include: "rules/training.smk"
-include: "rules/corpus.smk"
-include: "rules/models.smk"
-include: "rules/tokens.smk"
-include: "rules/hidden.smk"
-include: "rules/equilearning.smk"
-include: "rules/signatures.smk"
-include: "rules/coupling.smk"
-include: "rules/series.smk"
-include: "rules/synthetic.smk"
+for rule_file in RULE_FILES:
+
+    include: rule_file
 
 
 rule all:

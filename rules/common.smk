@@ -26,6 +26,7 @@ from layerlaws.pipeline.preflight import (
     preflight_message,
     preflight_problems,
 )
+from layerlaws.pipeline.stages import RULE_FILES
 from layerlaws.pipeline.startup import (
     Pipeline,
     config_problems,
@@ -79,7 +80,7 @@ if not workflow.is_main_process:
     for variable in HUB_OFFLINE_VARIABLES:
         os.environ.setdefault(variable, "1")
 # The run's default-resources (a profile's or --default-resources'), which Snakemake gives
-# every rule before its own resources: a job's partition follows its GPU claim.
+# every rule before its own resources; a job's partition follows its GPU claim.
 DEFAULT_RESOURCES = Resources.from_mapping(
     workflow.resource_settings.default_resources or {}
 )

@@ -1,4 +1,4 @@
-# Stage 1: a seeded sample of probing texts per dataset (independent of the model).
+# A seeded sample of probing texts per dataset (independent of the model).
 
 
 rule sample_sentences:

@@ -1,4 +1,4 @@
-# Stage 6: Jacobian coupling of transformer blocks and hidden trajectories, for the
+# Jacobian coupling of transformer blocks and hidden trajectories, for the
 # trained model and its randomly initialised twin.
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.workflow import (

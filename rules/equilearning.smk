@@ -1,4 +1,4 @@
-# Stage 4: the model pass that streams the equi-learning statistics (GPU when present),
+# The model pass that streams the equi-learning statistics (GPU when present),
 # the law fit, figures and the cross-run summary.
 from layerlaws.equilearning.settings import run_settings
 from layerlaws.equilearning.workflow import (

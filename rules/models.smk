@@ -1,4 +1,4 @@
-# Stage 2: each model once as a local folder that later stages load fast
+# Each model once as a local folder that later stages load fast
 # (a GGUF is dequantised once, a hub model downloaded once).
 
 

@@ -1,4 +1,4 @@
-# Stage 7: one summary per series (checkpoints, sizes, families) and its figures: each
+# One summary per series (checkpoints, sizes, families) and its figures: each
 # quantity against x, the members side by side, generalisation against coupling, and the
 # scores' other fits.
 from layerlaws.series.settings import SeriesSettings

@@ -1,4 +1,4 @@
-# Stage 5: probability signatures counted over whole corpora in DuckDB, compared with
+# Probability signatures counted over whole corpora in DuckDB, compared with
 # the geometry of each model's embedding matrices.
 from layerlaws.signatures.settings import SignatureSettings
 from layerlaws.signatures.workflow import OWN_CORPUS_FIGURES, SIGNATURE_FIGURES

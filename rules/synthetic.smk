@@ -1,4 +1,4 @@
-# Stage 8: the composite addition tasks of Yao & Xu (§5): data, probability
+# The composite addition tasks of Yao & Xu (§5): data, probability
 # signatures, linear and one-hidden-layer embedding models trained for several seeds.
 from layerlaws.synthetic.settings import (
     SyntheticDataSettings,

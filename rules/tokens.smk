@@ -1,4 +1,4 @@
-# Stage 3: tokenisation of the sampled texts with each model's tokenizer.
+# Tokenisation of the sampled texts with each model's tokenizer.
 
 
 rule tokenize:

@@ -1,4 +1,4 @@
-# Stage 0: small LMs trained from scratch on a dataset's sample or whole source; their
+# Small LMs trained from scratch on a dataset's sample or whole source; their
 # checkpoints are models of their own (keyed <training>@step<N>) that every other stage
 # measures.
 #

@@ -43,9 +43,10 @@ def test_the_paths_are_found_and_a_missing_one_would_be():
 
 
 def stage_names() -> list[str]:
-    from layerlaws.pipeline.stages import STAGES
+    """The stages with outputs of their own (and so a package of their own)."""
+    from layerlaws.pipeline.stages import STAGES, Stage
 
-    return [stage.outputs.__module__.split(".")[1] for stage in STAGES]
+    return [stage.name for stage in STAGES if stage.outputs is not Stage.outputs]
 
 
 @pytest.mark.parametrize("stage", stage_names())
@@ -54,7 +55,6 @@ def test_every_stage_has_the_recipes_files(stage):
     for name in ("workflow.py", "plots.py"):
         assert (package / name).exists(), f"layerlaws/{stage}/{name}"
     assert (ROOT / "rules" / f"{stage}.smk").exists()
-    assert f'include: "rules/{stage}.smk"' in (ROOT / "Snakefile").read_text()
     assert (ROOT / "tests" / stage).is_dir()
 
 

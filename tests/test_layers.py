@@ -6,6 +6,7 @@ of docs/workflow.md names rule files, rules, scripts and modules that exist."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
 
@@ -165,6 +166,15 @@ def test_the_stage_table_names_rule_files_rules_scripts_and_modules_that_exist()
         for package, names in re.findall(r"`(\w+)`: ((?:`\w+`(?: \([^)]*\))?,? ?)+)", modules):
             for module in re.findall(r"`(\w+)`", names):
                 assert (LIBRARY / package / f"{module}.py").is_file(), f"{package}.{module}"
+
+
+def test_the_stage_table_is_generated_from_the_stages():
+    """docs/workflow.md's *Stages* table is what docs/stage_table.py makes of ``STAGES``,
+    their rule files and their scripts (`python docs/stage_table.py` rewrites it)."""
+    spec = importlib.util.spec_from_file_location("stage_table", ROOT / "docs" / "stage_table.py")
+    stage_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage_table)
+    assert stage_table.main(["--check"]) == 0
 
 
 def test_every_rule_file_is_a_stage_of_the_table():

@@ -1,5 +1,7 @@
-"""The stages of the workflow, in the order they run: what the workflow knows of each is
-its module ``layerlaws.<stage>.workflow`` (its figures, final outputs and config checks)
+"""The stages of the workflow, in the order they run. A stage is one rule file,
+``rules/<name>.smk`` (which the Snakefile includes from ``STAGES``, and whose opening comment
+says what the stage does); what the workflow knows of a stage with outputs of its own is its
+module ``layerlaws.<stage>.workflow`` (its figures, final outputs and config checks)
 and, for a stage that runs models, ``layerlaws.<stage>.scheduling`` (its model-running
 rules and what their jobs need). ``rule all`` asks for every stage's final outputs
 (``Targets.final_outputs``), an expanded config passes every stage's checks
@@ -34,12 +36,19 @@ def _no_jobs(_planner: JobPlanner) -> list[dict[str, Any]]:
     return []
 
 
+def _no_outputs(_layout: Layout, _expanded: ExpandedConfig, _plot_format: str) -> list[str]:
+    return []
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage as the workflow sees it."""
 
-    outputs: Callable[[Layout, ExpandedConfig, str], list[str]]
-    """Its final outputs under a layout, for an expanded config, figures in a format."""
+    name: str
+    """Its rule file is ``rules/<name>.smk``."""
+    outputs: Callable[[Layout, ExpandedConfig, str], list[str]] = _no_outputs
+    """Its final outputs under a layout, for an expanded config, figures in a format (none
+    for a stage whose outputs only later stages read)."""
     config_checks: tuple[Callable[[Mapping[str, Any]], None], ...] = ()
     """Its checks of the config as written (before expansion)."""
     expanded_checks: tuple[Callable[[ExpandedConfig], None], ...] = ()
@@ -52,12 +61,18 @@ class Stage:
 
 STAGES = (
     Stage(
+        "training",
         training.outputs,
         config_checks=(training.check_trainings,),
         model_jobs=training_jobs.MODEL_JOBS,
         planned_jobs=training_jobs.planned_jobs,
     ),
+    Stage("corpus"),
+    Stage("models"),
+    Stage("tokens"),
+    Stage("hidden"),
     Stage(
+        "equilearning",
         equilearning.outputs,
         config_checks=(equilearning.check_observers,),
         expanded_checks=(equilearning.check_runs,),
@@ -65,17 +80,22 @@ STAGES = (
         planned_jobs=equilearning_jobs.planned_jobs,
     ),
     Stage(
+        "signatures",
         signatures.outputs,
         config_checks=(signatures.check_own_corpus,),
         expanded_checks=(signatures.check_signatures, signatures.check_token_groups),
     ),
     Stage(
+        "coupling",
         coupling.outputs,
         expanded_checks=(coupling.check_coupling,),
         model_jobs=coupling_jobs.MODEL_JOBS,
         planned_jobs=coupling_jobs.planned_jobs,
     ),
-    Stage(series.outputs, config_checks=(series.check_series,)),
-    Stage(synthetic.outputs),
+    Stage("series", series.outputs, config_checks=(series.check_series,)),
+    Stage("synthetic", synthetic.outputs),
 )
-"""Every stage, in the order they run (and their outputs and checks come)."""
+"""Every stage, in the order they run (and their rule files are included, their outputs and
+checks come)."""
+RULE_FILES = tuple(f"rules/{stage.name}.smk" for stage in STAGES)
+"""The stages' rule files, relative to the repository, in order."""
