@@ -32,6 +32,8 @@ from layerlaws.training.plan import TrainingSpec, parameter_count
 
 MODEL_JOBS: dict[str, ModelJob] = {job.rule: job for stage in STAGES for job in stage.model_jobs}
 """Every stage's model-running rules, by rule name."""
+COUPLING_RULES = frozenset(rule for rule, job in MODEL_JOBS.items() if job.measures_coupling)
+"""The rules whose jobs measure coupling: counted apart in ``gpu_hours_line``."""
 ASSUMED_TEXTS = 10_000
 """Texts planned for a dataset of ``n_samples: all`` before it is sampled."""
 
@@ -267,7 +269,7 @@ def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:
     for row in sorted(jobs, key=lambda row: -row["runtime"]):
         hours = row["runtime"] / 60
         total += max(1, row["gpu"]) * hours
-        coupling += max(1, row["gpu"]) * hours if MODEL_JOBS[row["job"]].measures_coupling else 0.0
+        coupling += max(1, row["gpu"]) * hours if row["job"] in COUPLING_RULES else 0.0
         devices = min(max(1, row["gpu"]), len(free))
         free.sort()
         start = free[devices - 1]

@@ -127,10 +127,8 @@ def test_a_count_the_draw_cannot_honour_stops_the_run(changes, message):
     prompt_set = leaderboard(**changes)
     assert subset_problem("leaderboard", prompt_set) is not None
     expanded = SimpleNamespace(
-        config={
-            "datasets": {key: {} for key in DATASETS},
-            "coupling": {"prompts": {"leaderboard": prompt_set}},
-        },
+        config={"datasets": {key: {} for key in DATASETS}},
+        prompt_sets={"leaderboard": prompt_set},
         coupling_runs=[],
         models={},
     )
