@@ -29,7 +29,7 @@ class Layout:
 
     root: str = "results"
 
-    # Stage 0: trainings.
+    # The training stage.
     def training(self, training: str = TRAINING) -> str:
         """A training's curve, manifest, summary and curve figure."""
         return f"{self.root}/training/{training}"
@@ -53,7 +53,7 @@ class Layout:
         checkpoint's exists once its weights do)."""
         return f"{self.training(training)}/reached/step{step}.json"
 
-    # Stages 1–3: samples, prepared models, tokens.
+    # The corpus, models and tokens stages.
     def sentences(self, dataset: str = DATASET) -> str:
         """A dataset's sampled texts."""
         return f"{self.root}/corpus/{dataset}/sentences.parquet"
@@ -79,7 +79,7 @@ class Layout:
         """A run's kept hidden states (``hidden_states.keep``)."""
         return f"{self.root}/hidden/{model}/{dataset}"
 
-    # Stage 4: equi-learning.
+    # The equilearning stage.
     def equilearning(self, model: str = MODEL, dataset: str = DATASET) -> str:
         """A run's PR table, law fits, token views and figures."""
         return f"{self.root}/equilearning/{model}/{dataset}"
@@ -106,7 +106,7 @@ class Layout:
         """The cross-run summary tables and figure."""
         return f"{self.root}/equilearning"
 
-    # Stage 5: probability signatures.
+    # The signatures stage.
     def signatures(self, model: str = MODEL, dataset: str = DATASET) -> str:
         """A model's counts and signatures on a corpus (a dataset or a pool)."""
         return f"{self.root}/signatures/{model}/{dataset}"
@@ -125,7 +125,7 @@ class Layout:
         """A group of trained models, each compared with its own training corpus."""
         return f"{self.root}/signatures/own_corpus/{name}"
 
-    # Stage 6: coupling.
+    # The coupling stage.
     def coupling(self, model: str = MODEL, prompts: str = PROMPTS) -> str:
         """A model's block coupling on a prompt set, and its figures."""
         return f"{self.root}/coupling/{model}/{prompts}"
@@ -142,12 +142,12 @@ class Layout:
         """A model's hidden trajectories on a prompt set, and their figures."""
         return f"{self.coupling(model, prompts)}/trajectories"
 
-    # Stage 7: series.
+    # The series stage.
     def series(self, series: str = SERIES) -> str:
         """A series' summary, fits and figures."""
         return f"{self.root}/series/{series}"
 
-    # Stage 8: synthetic addition tasks.
+    # The synthetic stage.
     def synthetic(self) -> str:
         """The synthetic stage's summary and figures."""
         return f"{self.root}/synthetic"
