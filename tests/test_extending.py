@@ -60,8 +60,11 @@ def test_every_stage_has_the_recipes_files(stage):
 
 def test_the_names_it_gives_are_the_codes():
     """``ARCHITECTURES``, ``FAMILY_OPTIONS``…: each upper-case name the guide gives is
-    defined in the library or in the tiny test models."""
-    sources = [(ROOT / "tests" / "tiny_models.py").read_text()]
+    defined in the library, the tiny test models or the family test."""
+    sources = [
+        (ROOT / "tests" / name).read_text()
+        for name in ("tiny_models.py", "models/test_families.py")
+    ]
     sources += [path.read_text() for path in (ROOT / "layerlaws").rglob("*.py")]
     names = set(re.findall(r"`([A-Z][A-Z0-9_]{4,})`", GUIDE))
     assert {"ARCHITECTURES", "FAMILY_OPTIONS", "STAGES", "METRICS"} <= names
