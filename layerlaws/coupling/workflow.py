@@ -12,6 +12,16 @@ from layerlaws.core.errors import LayerlawsError, require_key
 from layerlaws.coupling.subset import subset_problem
 from layerlaws.text.corpus import prompt_datasets
 
+PATHS = {
+    "coupling": "coupling/{model}/{prompts}",
+    "coupling_shards": "coupling/{model}/{prompts}/shards",
+    "coupling_shard": "coupling/{model}/{prompts}/shards/{shard}.pt",
+    "trajectories": "coupling/{model}/{prompts}/trajectories",
+}
+"""The stage's paths under the results folder (``Layout``): a model's block coupling on a
+prompt set and its figures; its shards' measurements (``coupling.shards``) and one
+shard's; its hidden trajectories and their figures."""
+
 COUPLING_FIGURES = (
     "depth",
     "tokens",

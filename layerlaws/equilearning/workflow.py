@@ -12,6 +12,19 @@ from typing import Any
 from layerlaws.core.errors import LayerlawsError, require_key
 from layerlaws.equilearning.settings import observer_specs
 
+PATHS = {
+    "equilearning": "equilearning/{model}/{dataset}",
+    "equilearning_shards": "equilearning/{model}/{dataset}/shards",
+    "equilearning_shard": "equilearning/{model}/{dataset}/shards/{shard}.pt",
+    "equilearning_observers": "equilearning/{model}/{dataset}/observers",
+    "evaluation": "evaluation/{model}/{dataset}.csv",
+    "equilearning_summary": "equilearning",
+}
+"""The stage's paths under the results folder (``Layout``): a run's PR table, law fits,
+token views and figures; its shards' observers (``equilearning.shards``) and one shard's;
+its named observers' tables, ``<name>.csv`` (``equilearning.observers``); its evaluation
+table (loss and accuracy of the probing task); the cross-run summary tables and figure."""
+
 EQUILEARNING_FIGURES = ("law", "norms", "fuzziness", "token_views")
 """The figures of one run (``plot_equilearning``)."""
 GEOMETRY = "geometry"

@@ -12,7 +12,7 @@ rules and what their jobs need). ``rule all`` asks for every stage's final outpu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layerlaws.core.model_jobs import ModelJob
@@ -49,6 +49,10 @@ class Stage:
     outputs: Callable[[Layout, ExpandedConfig, str], list[str]] = _no_outputs
     """Its final outputs under a layout, for an expanded config, figures in a format (none
     for a stage whose outputs only later stages read)."""
+    paths: Mapping[str, str] = field(default_factory=dict)
+    """Its folders and files under the results folder, by name: patterns whose wildcards
+    (``{model}``, ``{dataset}``…) a ``Layout`` method of that name fills
+    (``layerlaws.pipeline.layout``)."""
     config_checks: tuple[Callable[[Mapping[str, Any]], None], ...] = ()
     """Its checks of the config as written (before expansion)."""
     expanded_checks: tuple[Callable[[ExpandedConfig], None], ...] = ()
@@ -63,6 +67,7 @@ STAGES = (
     Stage(
         "training",
         training.outputs,
+        paths=training.PATHS,
         config_checks=(training.check_trainings,),
         model_jobs=training_jobs.MODEL_JOBS,
         planned_jobs=training_jobs.planned_jobs,
@@ -74,6 +79,7 @@ STAGES = (
     Stage(
         "equilearning",
         equilearning.outputs,
+        paths=equilearning.PATHS,
         config_checks=(equilearning.check_observers,),
         expanded_checks=(equilearning.check_runs,),
         model_jobs=equilearning_jobs.MODEL_JOBS,
@@ -82,18 +88,20 @@ STAGES = (
     Stage(
         "signatures",
         signatures.outputs,
+        paths=signatures.PATHS,
         config_checks=(signatures.check_own_corpus,),
         expanded_checks=(signatures.check_signatures, signatures.check_token_groups),
     ),
     Stage(
         "coupling",
         coupling.outputs,
+        paths=coupling.PATHS,
         expanded_checks=(coupling.check_coupling,),
         model_jobs=coupling_jobs.MODEL_JOBS,
         planned_jobs=coupling_jobs.planned_jobs,
     ),
-    Stage("series", series.outputs, config_checks=(series.check_series,)),
-    Stage("synthetic", synthetic.outputs),
+    Stage("series", series.outputs, paths=series.PATHS, config_checks=(series.check_series,)),
+    Stage("synthetic", synthetic.outputs, paths=synthetic.PATHS),
 )
 """Every stage, in the order they run (and their rule files are included, their outputs and
 checks come)."""

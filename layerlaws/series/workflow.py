@@ -11,6 +11,10 @@ from typing import Any
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.series.settings import ALL_MEMBERS
 
+PATHS = {"series": "series/{series}"}
+"""The stage's paths under the results folder (``Layout``): a series' summary, fits and
+figures."""
+
 SERIES_FIGURES = ("quantities", "generalisation", "members", "fits")
 """The figures of one series (``plot_series``)."""
 TRAINING_CORPUS = "training_corpus"

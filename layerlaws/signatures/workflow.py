@@ -9,6 +9,17 @@ from typing import Any
 
 from layerlaws.core.errors import LayerlawsError, require_key
 
+PATHS = {
+    "signatures": "signatures/{model}/{dataset}",
+    "corpus_comparison": "signatures/{model}",
+    "token_group": "signatures/{model}/{dataset}/token_groups/{group}",
+    "own_corpus": "signatures/own_corpus/{own_corpus}",
+}
+"""The stage's paths under the results folder (``Layout``): a model's counts and signatures
+on a corpus (a dataset or a pool); its signatures compared across its corpora; a chosen
+group of tokens in one signature run (``signatures.token_groups``); a group of trained
+models, each compared with its own training corpus."""
+
 SIGNATURE_FIGURES = ("heatmaps", "deciles", "per_token", "digits")
 """The figures of one model on one corpus (``plot_signatures``)."""
 OWN_CORPUS_FIGURES = (

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+PATHS = {
+    "synthetic": "synthetic",
+    "synthetic_task": "synthetic/{task}",
+    "synthetic_model": "synthetic/{task}/{model}",
+}
+"""The stage's paths under the results folder (``Layout``): the stage's summary and
+figures; an addition task's data and signatures; an embedding model trained on it."""
+
 SYNTHETIC_FIGURES = (
     "dynamics",
     "embeddings",

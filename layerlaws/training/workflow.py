@@ -9,6 +9,20 @@ from typing import Any
 
 from layerlaws.core.errors import LayerlawsError, require_key
 
+PATHS = {
+    "training": "training/{training}",
+    "training_counts": "training/{training}/counts",
+    "checkpoints": "training/{training}/checkpoints",
+    "checkpoint_manifest": "training/{training}/checkpoints.csv",
+    "step_record": "training/{training}/reached/step{step}.json",
+}
+"""The stage's paths under the results folder (``Layout``): a training's curve, manifest,
+summary and figure; the token shards and counts of the sequences it read (its checkpoints'
+signatures on their own corpus); where it writes its checkpoints (not declared as outputs:
+a resumed training finds them there); the table of its checkpoints (it exists once they all
+do); and the record a segment writes once the training reached ``step`` (a checkpoint's
+exists once its weights do)."""
+
 
 def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
     """Each training's loss-curve figure and checkpoint table."""
