@@ -192,7 +192,8 @@ def render(rows: Sequence[FigureRow]) -> str:
         "drawn offline, on small models, by `make run` ([What the default run finds](results.md))",
         "and `make zoo` ([The zoo](zoo.md)); every output is described in [Outputs](outputs.md).",
         "",
-        f"Reproduced: {'; '.join(counts)}.",
+        f"With a command (planned: built by every job of `{CONFIG}` on tiny stand-ins, "
+        f"`make rehearse`, not yet at the papers' scale, which needs GPUs): {'; '.join(counts)}.",
     ]
     for paper, (authors, title) in PAPERS.items():
         lines += [
