@@ -354,16 +354,16 @@ def test_a_wrong_snapshot_value_is_rendered_and_checked(copied_pages, tmp_path_f
 def test_render_stops_at_a_placeholder_that_names_no_number(copied_pages, capsys):
     """A template's placeholder with no number in the snapshot: a line naming the template,
     the placeholder and what to do, and no page written."""
-    template = copied_pages / numbers.TEMPLATES["README.md"]
+    template = copied_pages / numbers.TEMPLATES["docs/results.md"]
     template.write_text(template.read_text() + "r = {{ law.wiki-science.next.r2 }}\n")
-    (copied_pages / "docs/results.md").write_text("stale")
+    (copied_pages / "README.md").write_text("stale")
     with pytest.raises(SystemExit) as stopped:
         numbers.main(["--render", "--root", str(copied_pages)])
     assert stopped.value.code == 1
     assert capsys.readouterr().err == (
-        "docs/templates/README.md: placeholder {{ law.wiki-science.next.r2 }} names no number "
+        "docs/templates/results.md: placeholder {{ law.wiki-science.next.r2 }} names no number "
         f"of the snapshot {numbers.SNAPSHOT}: name an entry of docs/results_pages.py there, "
         "or add the entry and write the snapshot\n"
     )
-    assert (copied_pages / "docs/results.md").read_text() == "stale"
-    assert (copied_pages / "README.md").read_text() == PAGES["README.md"]
+    assert (copied_pages / "README.md").read_text() == "stale"
+    assert (copied_pages / "docs/results.md").read_text() == RESULTS
