@@ -28,12 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from layerlaws.core.atomic import atomic_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = {
@@ -421,7 +422,6 @@ def _fit(column: str, predictor: str = "coupling_k10", dataset: str = "wiki-scie
 
 
 def _entries() -> Iterator[Entry]:
-    entry = Entry
 
     # README.md's headline: the law on wiki-science and wiki-culture (the law table's numbers),
     # and the small Llama's next-token r at steps 0 and 800 on the dataset the headline figure
@@ -435,18 +435,14 @@ def _entries() -> Iterator[Entry]:
         ("series.step0.wiki-science.pearson", _series(0, "pearson", "wiki-science"), fixed(3)),
         ("series.step800.wiki-science.pearson", _series(800, "pearson", "wiki-science"), fixed(3)),
     ):
-        yield entry(f"headline.{name}", value, format_)
+        yield Entry(f"headline.{name}", value, format_)
 
     # The probing datasets.
     for dataset in ("wiki-science", "wiki-culture"):
         tokens = f"tokens/{SMOLLM2}/{dataset}.parquet"
         pr = f"equilearning/{SMOLLM2}/{dataset}/pr.csv"
-        yield entry(
-            f"tokens.{dataset}",
-            lambda r, tokens=tokens: r.table(tokens).height,
-            count,
-        )
-        yield entry(
+        yield Entry(f"tokens.{dataset}", lambda r, tokens=tokens: r.table(tokens).height, count)
+        yield Entry(
             f"rows.{dataset}",
             lambda r, pr=pr: r.one(pr, "n_rows", layer=0, offset=1, norm="model", control="none"),
             count,
@@ -468,22 +464,15 @@ def _entries() -> Iterator[Entry]:
     )
     for dataset, target in rows:
         for name, column, format_ in columns:
-            yield entry(
-                f"law.{dataset}.{target}.{name}",
-                _law(column, dataset, target),
-                format_,
-            )
+            yield Entry(f"law.{dataset}.{target}.{name}", _law(column, dataset, target), format_)
     for name, control in (("shuffled_vocab.decay", "shuffled_vocab"), ("decay", "none")):
-        yield entry(
+        yield Entry(
             f"law.wiki-science.next.{name}",
             _law("overall_decay", "wiki-science", "next", control=control),
             fixed(3),
         )
-    for norm in (
-        "standardize",
-        "none",
-    ):
-        yield entry(
+    for norm in ("standardize", "none"):
+        yield Entry(
             f"law.wiki-science.next.{norm}.r",
             _law("pearson", "wiki-science", "next", norm=norm),
             fixed(3),
@@ -499,49 +488,27 @@ def _entries() -> Iterator[Entry]:
         ("frequent_classes", lambda r: _frequent(r).len()),
         ("frequent_rows", lambda r: _frequent(r).sum()),
     ):
-        yield entry(f"fuzziness.wiki-science.{name}", value, count)
-    for dataset in (
-        "wiki-science",
-        "wiki-culture",
-    ):
+        yield Entry(f"fuzziness.wiki-science.{name}", value, count)
+    for dataset in ("wiki-science", "wiki-culture"):
         for column in ("pearson", "rho"):
-            yield entry(
-                f"fuzziness.{dataset}.{column}",
-                _fuzziness_law(column, SMOLLM2, dataset),
-                fixed(3),
+            yield Entry(
+                f"fuzziness.{dataset}.{column}", _fuzziness_law(column, SMOLLM2, dataset), fixed(3)
             )
-    yield entry(
-        "fuzziness.against_pr.r",
-        _law("pearson", "wiki-science", "next"),
-        fixed(3),
-    )
+    yield Entry("fuzziness.against_pr.r", _law("pearson", "wiki-science", "next"), fixed(3))
     for rank in (1, 2):
-        yield entry(
-            f"best.smollm2-135m.rank{rank}.r",
-            _best(rank),
-            fixed(4),
-        )
+        yield Entry(f"best.smollm2-135m.rank{rank}.r", _best(rank), fixed(4))
 
     # Signatures.
-    yield entry(
+    yield Entry(
         "signatures.wikipedia.texts",
         lambda r: sum(_texts(r, d) for d in ("wiki-science", "wiki-culture", "wiki-other")),
         count,
     )
     summary = f"signatures/{SMOLLM2}/wikipedia/summary.json"
     for key in ("corpus_text_tokens", "distinct_tokens", "bigrams"):
-        yield entry(
-            f"signatures.wikipedia.{key}",
-            lambda r, key=key: r.json(summary)[key],
-            count,
-        )
-    for matrix, signature in (
-        ("W_E", "next"),
-        ("W_U", "pre"),
-        ("W_E", "tilde"),
-        ("W_U", "tilde"),
-    ):
-        yield entry(
+        yield Entry(f"signatures.wikipedia.{key}", lambda r, key=key: r.json(summary)[key], count)
+    for matrix, signature in (("W_E", "next"), ("W_U", "pre"), ("W_E", "tilde"), ("W_U", "tilde")):
+        yield Entry(
             f"rcos.wikipedia.{matrix}.{signature}",
             lambda r, m=matrix, s=signature: r.one(
                 f"signatures/{SMOLLM2}/wikipedia/rcos.csv", "r_cos", matrix=m, signature=s
@@ -550,35 +517,21 @@ def _entries() -> Iterator[Entry]:
         )
     percentiles = f"signatures/{SMOLLM2}/wikipedia/percentiles.csv"
     for decile in (1, 10):
-        yield entry(
+        yield Entry(
             f"percentiles.wikipedia.W_E.next.decile{decile}.mean",
             lambda r, d=decile: r.one(
                 percentiles, "mean", matrix="W_E", signature="next", decile=d
             ),
             fixed(1),
         )
-    yield entry(
-        "rcos.wikipedia.W_E.next.c2000",
-        _rcos("W_E", "next"),
-        fixed(3),
-    )
-    yield entry(
-        "signatures.wikipedia.count_of_10000th_token",
-        lambda r: _count_of_rank(r, 10_000),
-        count,
+    yield Entry("rcos.wikipedia.W_E.next.c2000", _rcos("W_E", "next"), fixed(3))
+    yield Entry(
+        "signatures.wikipedia.count_of_10000th_token", lambda r: _count_of_rank(r, 10_000), count
     )
     corpora = ("wiki-science", "wiki-culture", "wiki-other", "wikipedia")
     for corpus in corpora:
-        yield entry(
-            f"rcos_by_corpus.{corpus}.W_E.next",
-            _rcos("W_E", "next", corpus),
-            fixed(3),
-        )
-        yield entry(
-            f"rcos_by_corpus.{corpus}.W_U.pre",
-            _rcos("W_U", "pre", corpus),
-            fixed(3),
-        )
+        yield Entry(f"rcos_by_corpus.{corpus}.W_E.next", _rcos("W_E", "next", corpus), fixed(3))
+        yield Entry(f"rcos_by_corpus.{corpus}.W_U.pre", _rcos("W_U", "pre", corpus), fixed(3))
 
     # Synthetic addition tasks: the table (F_lin, F_ffn: R_order ± sd, train accuracy; the
     # distinct signature's R_order, keys only / Eq. 4 as written).
@@ -593,7 +546,7 @@ def _entries() -> Iterator[Entry]:
     )
     for task in tasks:
         for model, column, name in columns:
-            yield entry(
+            yield Entry(
                 f"synthetic.{task}.{model}.{name}",
                 _synthetic(task, model, column),
                 fixed(2) if column == "train_accuracy" else fixed(3),
@@ -605,14 +558,14 @@ def _entries() -> Iterator[Entry]:
         ("add_same_range.context.r_order", "add_same_range", "context"),
         ("mod.context_given_label.r_order", "mod", "context_given_label"),
     ):
-        yield entry(f"synthetic.{name}", _signature(task, signature), signed(3))
-    yield entry(
+        yield Entry(f"synthetic.{name}", _signature(task, signature), signed(3))
+    yield Entry(
         "synthetic.mod.linear.train_accuracy.percent",
         _synthetic("mod", "linear", "train_accuracy"),
         percent(0),
     )
     for task in ("add_same_range", "add"):
-        yield entry(
+        yield Entry(
             f"synthetic.{task}.linear.epoch1.r_order",
             _first_epoch_r_order(task, "linear"),
             fixed(2),
@@ -648,23 +601,15 @@ def _entries() -> Iterator[Entry]:
             fixed(2),
         ),
     ):
-        yield entry(f"synthetic.{name}", value, format_)
+        yield Entry(f"synthetic.{name}", value, format_)
 
     # Block coupling.
     for prompt in range(3):
-        yield entry(
-            f"coupling.prompt{prompt}.tokens",
-            _prompt_tokens(prompt),
-            count,
-        )
+        yield Entry(f"coupling.prompt{prompt}.tokens", _prompt_tokens(prompt), count)
     ks = (10, 30, 50)
     for weights in ("trained", "random"):
         for k in ks:
-            yield entry(
-                f"coupling.depth.paper.k{k}.{weights}",
-                _depth(weights, k),
-                fixed(3),
-            )
+            yield Entry(f"coupling.depth.paper.k{k}.{weights}", _depth(weights, k), fixed(3))
     metrics = (
         "paper",
         "unnormalised",
@@ -675,19 +620,17 @@ def _entries() -> Iterator[Entry]:
     )
     for metric in metrics:
         for k, weights in ((k, w) for k in ks for w in ("trained", "random")):
-            yield entry(
-                f"coupling.metrics.{metric}.k{k}.{weights}",
-                _depth(weights, k, metric),
-                fixed(3),
+            yield Entry(
+                f"coupling.metrics.{metric}.k{k}.{weights}", _depth(weights, k, metric), fixed(3)
             )
     for weights, distance in ((w, d) for w in ("trained", "random") for d in (1, 10, 29)):
-        yield entry(
+        yield Entry(
             f"coupling.depth.paper.k10.{weights}.distance{distance}",
             _depth(weights, 10, distance=distance),
             fixed(3),
         )
     for weights, layer in ((w, layer) for w in ("trained", "random") for layer in (1, 15, 30)):
-        yield entry(
+        yield Entry(
             f"coupling.sigma1.{weights}.layer{layer}",
             _top_singular_value(weights, layer),
             significant(2),
@@ -695,27 +638,25 @@ def _entries() -> Iterator[Entry]:
     for weights, kind in (
         (w, kind) for w in ("random", "trained") for kind in ("self", "fixed_output", "fixed_input")
     ):
-        yield entry(
-            f"coupling.tokens.layer15.{kind}.{weights}",
-            _token_wise(weights, kind),
-            fixed(2),
+        yield Entry(
+            f"coupling.tokens.layer15.{kind}.{weights}", _token_wise(weights, kind), fixed(2)
         )
 
     # Trajectories.
-    yield entry(
+    yield Entry(
         "trajectories.tokens",
         lambda r: r.rows(f"{TRAJECTORIES}/tokens.csv", weights="trained").height,
         count,
     )
     statistics = ("mean", "median", "q25", "q75")
     for weights, statistic in ((w, s) for w in ("trained", "random") for s in statistics):
-        yield entry(
+        yield Entry(
             f"trajectories.lss.{weights}.{statistic}",
             _trajectory(weights, "lss", statistic),
             fixed(2),
         )
     for layer, format_ in ((0, significant(2)), (29, count), (30, significant(2))):
-        yield entry(
+        yield Entry(
             f"trajectories.norm.trained.layer{layer}.median",
             _layers("trained", "norm", layer, "median"),
             format_,
@@ -724,24 +665,20 @@ def _entries() -> Iterator[Entry]:
         ("random", "mean"),
         ("random", "median"),
     ]:
-        yield entry(
+        yield Entry(
             f"trajectories.expodistance.{weights}.{statistic}",
             _trajectory(weights, "expodistance", statistic),
             significant(3),
         )
     for weights, statistic in (("trained", "mean"), ("trained", "median"), ("random", "mean")):
-        yield entry(
+        yield Entry(
             f"trajectories.equidistance_cv.{weights}.{statistic}",
             _trajectory(weights, "equidistance_cv", statistic),
             fixed(2),
         )
-    yield entry(
-        "trajectories.tokens_with_next",
-        _tokens_with_next,
-        count,
-    )
+    yield Entry("trajectories.tokens_with_next", _tokens_with_next, count)
     for layer in (1, 22, 29, 30):
-        yield entry(
+        yield Entry(
             f"trajectories.lens_loss.trained.layer{layer}",
             _layers("trained", "next_token_loss", layer),
             fixed(1),
@@ -751,26 +688,24 @@ def _entries() -> Iterator[Entry]:
         ("blocks1-22.max", _lens_entropy_range("max")),
         ("layer30", _layers("trained", "logit_entropy", 30)),
     ):
-        yield entry(f"trajectories.lens_entropy.trained.{name}", value, fixed(1))
-    yield entry(
-        "trajectories.lens_entropy.random.layer30",
-        _layers("random", "logit_entropy", 30),
-        fixed(2),
+        yield Entry(f"trajectories.lens_entropy.trained.{name}", value, fixed(1))
+    yield Entry(
+        "trajectories.lens_entropy.random.layer30", _layers("random", "logit_entropy", 30), fixed(2)
     )
 
     # Token views.
     for word in ("they", "them", "have", "had", "is", "are"):
-        yield entry(f"token_views.wiki-science.{word}", _view_count(word), count)
+        yield Entry(f"token_views.wiki-science.{word}", _view_count(word), count)
 
     # Training from scratch and the series.
     for name, value in (
         ("parameters", _series(0, "parameters")),
         ("embedding_parameters", _embedding_parameters),
     ):
-        yield entry(f"training.{name}", value, count)
+        yield Entry(f"training.{name}", value, count)
     for key in ("texts", "corpus_tokens", "sequences"):
-        yield entry(f"training.{key}", _training(key), count)
-    yield entry("training.epochs", _epochs, fixed(2))
+        yield Entry(f"training.{key}", _training(key), count)
+    yield Entry("training.epochs", _epochs, fixed(2))
     table = (
         ("tokens_seen", count),
         ("loss", fixed(2)),
@@ -783,11 +718,7 @@ def _entries() -> Iterator[Entry]:
     )
     for step in STEPS:
         for column, format_ in table:
-            yield entry(
-                f"series.step{step}.{column}",
-                _series(step, column),
-                format_,
-            )
+            yield Entry(f"series.step{step}.{column}", _series(step, column), format_)
     evaluation = f"evaluation/{SMOLLM2}/wiki-science.csv"
     for name, value, format_ in (
         ("series.step800.loss.prose", _series(800, "loss"), fixed(2)),
@@ -807,9 +738,9 @@ def _entries() -> Iterator[Entry]:
             percent(1),
         ),
     ):
-        yield entry(name, value, format_)
+        yield Entry(name, value, format_)
     for step, dataset in ((s, d) for s in (0, 50, 800) for d in ("wiki-science", "wiki-culture")):
-        yield entry(
+        yield Entry(
             f"series.step{step}.{dataset}.pearson",
             _series(step, "pearson", dataset),
             signed(2) if step == 0 else fixed(2 if step == 50 else 3),
@@ -818,9 +749,9 @@ def _entries() -> Iterator[Entry]:
         ("series.step800.overall_decay", _series(800, "overall_decay")),
         ("law.wiki-science.next.decay.prose", _law("overall_decay", "wiki-science", "next")),
     ):
-        yield entry(name, value, fixed(3))
+        yield Entry(name, value, fixed(3))
     for step, dataset in ((s, d) for s in (0, 10, 800) for d in ("wiki-science", "wiki-culture")):
-        yield entry(
+        yield Entry(
             f"series.step{step}.{dataset}.fuzziness.pearson",
             _fuzziness_law("pearson", f"wiki-llama@step{step}", dataset),
             fixed(3, plus=step == 10),
@@ -831,95 +762,56 @@ def _entries() -> Iterator[Entry]:
         (200, "rcos_wu_pre", fixed(3)),
         (800, "rcos_wu_pre", fixed(3)),
     ):
-        yield entry(
-            f"series.step{step}.{column}.prose",
-            _series(step, column),
-            format_,
-        )
+        yield Entry(f"series.step{step}.{column}.prose", _series(step, column), format_)
     for step, format_ in ((0, fixed(3)), (50, fixed(2)), (800, fixed(2))):
-        yield entry(
+        yield Entry(
             f"series.step{step}.miscoupling_offdiagonal_k10.prose",
             _series(step, "miscoupling_offdiagonal_k10"),
             format_,
         )
     for step in (0, 50, 800):
-        yield entry(
-            f"series.step{step}.miscoupling_all_k10",
-            _series(step, "miscoupling_all_k10"),
-            fixed(2),
+        yield Entry(
+            f"series.step{step}.miscoupling_all_k10", _series(step, "miscoupling_all_k10"), fixed(2)
         )
-        yield entry(
-            f"series.step{step}.lss_median.prose",
-            _series(step, "lss_median"),
-            fixed(2),
-        )
+        yield Entry(f"series.step{step}.lss_median.prose", _series(step, "lss_median"), fixed(2))
     for step in (0, 50, 200, 800):
-        yield entry(
+        yield Entry(
             f"series.step{step}.miscoupling_all_k10_unnormalised",
             _series(step, "miscoupling_all_k10_unnormalised"),
             fixed(2),
         )
     for step in (0, 50, 800):
-        yield entry(
+        yield Entry(
             f"series.step{step}.expodistance_median",
             _series(step, "expodistance_median"),
             significant(2),
         )
     for column in ("r2", "p_value"):
-        yield entry(
-            f"fits.coupling_k10.loss.wiki-science.{column}",
-            _fit(column),
-            fixed(2),
-        )
+        yield Entry(f"fits.coupling_k10.loss.wiki-science.{column}", _fit(column), fixed(2))
 
     # The representation geometry (equilearning.observers: [geometry]).
-    drop = "from layer 11 to layer 12 the effective rank of the uncentred states (RankMe) "
-    drop += "falls from {} to {} and the prompt entropy from {} to {} nats"
     for column, layer, format_ in (
         ("effective_rank", 11, count),
         ("effective_rank", 12, count),
         ("prompt_entropy", 11, fixed(2)),
         ("prompt_entropy", 12, fixed(2)),
     ):
-        yield entry(f"geometry.layer{layer}.{column}", _geometry(column, layer), format_)
-    yield entry(
-        "geometry.layers13to28.least_cka_previous",
-        _least_cka_previous(13, 28),
-        fixed(4),
-    )
-    yield entry(
-        "geometry.layer30.effective_rank",
-        _geometry("effective_rank", 30),
-        count,
-    )
+        yield Entry(f"geometry.layer{layer}.{column}", _geometry(column, layer), format_)
+    yield Entry("geometry.layers13to28.least_cka_previous", _least_cka_previous(13, 28), fixed(4))
+    yield Entry("geometry.layer30.effective_rank", _geometry("effective_rank", 30), count)
     for layer in (11, 12, 13):
-        yield entry(
-            f"geometry.pr.layer{layer}",
-            _pr(layer),
-            fixed(3),
-        )
-    for layer in (
-        0,
-        30,
-    ):
-        yield entry(f"geometry.layer{layer}.curvature", _geometry("curvature", layer), fixed(2))
+        yield Entry(f"geometry.pr.layer{layer}", _pr(layer), fixed(3))
+    for layer in (0, 30):
+        yield Entry(f"geometry.layer{layer}.curvature", _geometry("curvature", layer), fixed(2))
     for step in STEPS:
-        yield entry(
+        yield Entry(
             f"series.step{step}.effective_rank_last",
             _series(step, "effective_rank_last"),
             significant(3),
         )
-    yield entry(
-        "series.step50.anisotropy_last",
-        _series(50, "anisotropy_last"),
-        fixed(2),
-    )
+    yield Entry("series.step50.anisotropy_last", _series(50, "anisotropy_last"), fixed(2))
     for step in (0, 800):
-        yield entry(
-            f"series.step{step}.pr_last",
-            _series(step, "pr_last"),
-            fixed(2),
-        )
+        yield Entry(f"series.step{step}.pr_last", _series(step, "pr_last"), fixed(2))
 
 
 ENTRIES: tuple[Entry, ...] = tuple(_entries())
@@ -934,13 +826,13 @@ def read_templates(root: Path = ROOT) -> dict[str, str]:
 
 
 def rendered(template: str, snapshot: Mapping[str, str]) -> str:
-    """``template`` with each placeholder replaced by the snapshot's number; a KeyError naming
+    """``template`` with each placeholder replaced by the snapshot's number; a ValueError naming
     a placeholder the snapshot lacks."""
 
     def number(place: re.Match) -> str:
         name = place.group(1)
         if name not in snapshot:
-            raise KeyError(f"placeholder {{{{ {name} }}}} names no number of the snapshot")
+            raise ValueError(f"placeholder {{{{ {name} }}}} names no number of the snapshot")
         return snapshot[name]
 
     return PLACEHOLDER.sub(number, template)
@@ -989,13 +881,6 @@ def values(results: Path, entries=ENTRIES) -> dict[str, str]:
     return {entry.name: entry.text(found) for entry in entries}
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="?", type=Path, help="a default run's results folder")
@@ -1018,14 +903,26 @@ def main(argv: list[str] | None = None) -> int:
         if arguments.results is None:
             parser.error("--write-snapshot needs the results folder")
         computed = values(arguments.results)
-        _write(arguments.write_snapshot, json.dumps(computed, indent=1, ensure_ascii=False) + "\n")
+        with atomic_path(arguments.write_snapshot) as temporary:
+            temporary.write_text(json.dumps(computed, indent=1, ensure_ascii=False) + "\n")
         print(f"{len(computed)} numbers written to {arguments.write_snapshot}")
         arguments.snapshot = arguments.write_snapshot
     snapshot = json.loads(arguments.snapshot.read_text())
     templates = read_templates(arguments.root)
     if arguments.render:
+        pages = {}
         for page, template in templates.items():
-            _write(arguments.root / page, rendered(template, snapshot))
+            try:
+                pages[page] = rendered(template, snapshot)
+            except ValueError as error:
+                parser.exit(
+                    1,
+                    f"{TEMPLATES[page]}: {error} {arguments.snapshot}: name an entry of "
+                    "docs/results_pages.py there, or add the entry and write the snapshot\n",
+                )
+        for page, text in pages.items():
+            with atomic_path(arguments.root / page) as temporary:
+                temporary.write_text(text)
         print(f"rendered {', '.join(TEMPLATES)}")
     if arguments.check:
         pages = {page: (arguments.root / page).read_text() for page in TEMPLATES}

@@ -298,7 +298,7 @@ def test_the_pages_are_rendered_and_checked_placeholder_by_placeholder():
         "c.r: a placeholder that names no entry",
         "b.r: quoted 0 times by the templates, not once",
     ]
-    with pytest.raises(KeyError, match=r"\{\{ c\.r \}\} names no number"):
+    with pytest.raises(ValueError, match=r"\{\{ c\.r \}\} names no number"):
         numbers.rendered(templates["a.md"], snapshot)
     templates["a.md"] = "| a | {{ a.r }} | {{ a.rho }} |\nr = {{ b.r }} on `x`\n"
     pages = {"a.md": "| a | −0.974 | 0.99 |\nr = +0.13 on `x`\n", "b.md": templates["b.md"]}
@@ -307,13 +307,19 @@ def test_the_pages_are_rendered_and_checked_placeholder_by_placeholder():
     ]
 
 
-def test_render_writes_the_pages_that_check_then_passes(tmp_path, capsys):
+@pytest.fixture
+def copied_pages(tmp_path):
+    """A copy of the pages and their templates (``--root``)."""
+    for page, template in numbers.TEMPLATES.items():
+        _write(tmp_path / page, PAGES[page])
+        _write(tmp_path / template, TEMPLATES[page])
+    return tmp_path
+
+
+def test_render_writes_the_pages_that_check_then_passes(copied_pages, capsys):
     """``--check`` on a copy of the pages with README.md's step-800 r altered names its
     line; ``--render`` restores the page exactly."""
-    for page, template in numbers.TEMPLATES.items():
-        for name, text in ((page, PAGES[page]), (template, TEMPLATES[page])):
-            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / name).write_text(text)
+    tmp_path = copied_pages
     number = SNAPSHOT["headline.series.step800.wiki-science.pearson"]
     assert PAGES["README.md"].count(f"(r = {number})") == 1
     (tmp_path / "README.md").write_text(
@@ -323,3 +329,41 @@ def test_render_writes_the_pages_that_check_then_passes(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("README.md:")
     assert numbers.main(["--render", "--check", "--root", str(tmp_path)]) == 0
     assert {page: (tmp_path / page).read_text() for page in numbers.TEMPLATES} == PAGES
+
+
+def test_a_wrong_snapshot_value_is_rendered_and_checked(copied_pages, tmp_path_factory, capsys):
+    """A snapshot whose r of the previous-token law is −0.672 for +0.672: ``--check`` names
+    that line of the law table, and ``--render`` writes it there, nothing else."""
+    assert SNAPSHOT["law.wiki-science.previous.r"] == "+0.672"
+    wrong = tmp_path_factory.mktemp("snapshot") / "numbers.json"
+    wrong.write_text(json.dumps({**SNAPSHOT, "law.wiki-science.previous.r": "−0.672"}))
+    arguments = ["--root", str(copied_pages), "--snapshot", str(wrong)]
+    assert numbers.main(["--check", *arguments]) == 1
+    line = next(line for line in RESULTS.splitlines() if line.startswith("| wiki-science | prev"))
+    assert capsys.readouterr().out == (
+        f"docs/results.md:{RESULTS.splitlines().index(line) + 1}: {line!r}, rendered "
+        f"{line.replace('| +0.672 |', '| −0.672 |')!r}\n"
+    )
+    assert numbers.main(["--render", *arguments]) == 0
+    assert (copied_pages / "docs/results.md").read_text() == RESULTS.replace(
+        line, line.replace("| +0.672 |", "| −0.672 |")
+    )
+    assert (copied_pages / "README.md").read_text() == PAGES["README.md"]
+
+
+def test_render_stops_at_a_placeholder_that_names_no_number(copied_pages, capsys):
+    """A template's placeholder with no number in the snapshot: a line naming the template,
+    the placeholder and what to do, and no page written."""
+    template = copied_pages / numbers.TEMPLATES["docs/results.md"]
+    template.write_text(template.read_text() + "r = {{ law.wiki-science.next.r2 }}\n")
+    (copied_pages / "README.md").write_text("stale")
+    with pytest.raises(SystemExit) as stopped:
+        numbers.main(["--render", "--root", str(copied_pages)])
+    assert stopped.value.code == 1
+    assert capsys.readouterr().err == (
+        "docs/templates/results.md: placeholder {{ law.wiki-science.next.r2 }} names no number "
+        f"of the snapshot {numbers.SNAPSHOT}: name an entry of docs/results_pages.py there, "
+        "or add the entry and write the snapshot\n"
+    )
+    assert (copied_pages / "README.md").read_text() == "stale"
+    assert (copied_pages / "docs/results.md").read_text() == RESULTS
