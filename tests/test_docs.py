@@ -4,8 +4,8 @@ and it links every page."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
-import unicodedata
 from pathlib import Path
 
 import pytest
@@ -29,16 +29,11 @@ def _prose(text: str) -> str:
     return INLINE_CODE.sub("", text)
 
 
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lowercase, punctuation dropped (but ``-`` and ``_``),
-    spaces to ``-``."""
-    text = heading.strip().lower()
-    kept = []
-    for character in text:
-        category = unicodedata.category(character)
-        if character in "-_" or character == " " or category[0] in "LNM":
-            kept.append("-" if character == " " else character)
-    return "".join(kept)
+# GitHub's anchor of a heading, the one the docs site gives it too (docs/site_hooks.py).
+_spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "site_hooks.py")
+site_hooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(site_hooks)
+slug = site_hooks.slug
 
 
 def anchors(text: str) -> set[str]:

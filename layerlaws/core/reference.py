@@ -23,8 +23,9 @@ training, series or prompt set key: letters, digits, `_`, `.`, `-`).
 """
 
 
-def _entry(path: str, schema: Mapping[str, Any], required: bool) -> str:
-    """The line of one key: its path, type, default and description."""
+def key_entry(path: str, schema: Mapping[str, Any], required: bool) -> str:
+    """The line of one key: its path, type, default and description (also the docstring of
+    its settings field in the docs site's API reference)."""
     parts = [f"`{path}`", type_text(schema)]
     if required:
         parts.append("*required*")
@@ -47,7 +48,7 @@ def entries(path: str, schema: Mapping[str, Any], depth: int) -> Iterator[str]:
     for name, sub in schema.get("properties", {}).items():
         if sub == {}:
             continue  # a variant's repeat of its discriminating key
-        yield "  " * depth + "- " + _entry(f"{path}.{name}", sub, name in required)
+        yield "  " * depth + "- " + key_entry(f"{path}.{name}", sub, name in required)
         yield from entries(f"{path}.{name}", sub, depth + 1)
     for variant in schema.get("allOf", ()):
         condition = variant["if"]["properties"]
