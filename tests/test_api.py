@@ -9,6 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+import yaml
+from fake_hub import cached_snapshot
 from snakemake_runs import REPO
 
 from layerlaws import api
@@ -94,3 +96,67 @@ def test_the_random_twin_is_the_same_architecture_with_fresh_weights(in_memory):
     again = api.random_twin(model, seed=1)
     for name, weight in again.named_parameters():
         assert torch.equal(weight, fresh[name]), name
+
+
+def test_the_embedded_config_gives_make_runs_settings():
+    """No argument: config.yaml, read here without the library, as make run measures it."""
+    written = yaml.safe_load((REPO / "config.yaml").read_text())
+    config = api.Config.load()
+    assert config.equilearning.norms == tuple(written["equilearning"]["norms"])
+    assert config.coupling.metrics == tuple(written["coupling"]["metrics"])
+    assert config.signatures.top_tokens == written["signatures"]["top_tokens"]
+    sample = config.texts("wiki-science")
+    assert len(sample.texts) == written["datasets"]["wiki-science"]["n_samples"]
+    assert sample.max_tokens == written["datasets"]["wiki-science"]["max_tokens"]
+    prompts = config.prompts("paper")
+    assert prompts.texts[0] == written["coupling"]["prompts"]["paper"]["texts"][0]
+    assert len(prompts.texts) == 1 + written["coupling"]["prompts"]["paper"]["n_from_dataset"]
+    assert [spec.name for spec in config.observers("smollm2-135m")] == ["geometry"]
+
+
+def test_a_block_alone_is_a_config_of_schema_defaults():
+    config = api.Config.load({"coupling": {"ks": [10], "metrics": ["paper"]}})
+    assert config.coupling == api.CouplingSettings(ks=(10,), metrics=("paper",))
+    assert config.equilearning == api.EquilearningSettings()
+
+
+def test_a_bad_config_names_its_key_and_a_missing_entry_the_keys_there_are(tmp_path):
+    with pytest.raises(LayerlawsError, match=r"coupling\.ks\[0\]: 0 is less than the minimum"):
+        api.Config.load({"coupling": {"ks": [0]}})
+    written = tmp_path / "my.yaml"
+    written.write_text("equilearning:\n  norms: [model]\n  norms: [none]\n")
+    with pytest.raises(LayerlawsError, match="line 3: the key 'norms' is given twice"):
+        api.Config.load(written)
+    config = api.Config.load({})
+    for call, name in ((config.load_model, "model"), (config.texts, "dataset")):
+        with pytest.raises(LayerlawsError, match=f"the config has no {name} 'nope'"):
+            call("nope")
+
+
+def test_the_configs_models_load_as_prepared(llama_folder, texts):
+    """A local folder, its random twin (init: random) and a hub snapshot of it in the cache,
+    each loaded with its tokenizer and the config's dtype."""
+    local = {"kind": "local", "path": str(llama_folder)}
+    with cached_snapshot(llama_folder, "someone/tiny-llama", "a" * 40):
+        config = api.Config.load(
+            {
+                "models": {
+                    "local": {"source": local, "dtype": "bfloat16"},
+                    "random": {"source": local, "init": "random", "init_seed": 3},
+                    "hub": {"source": {"kind": "hub", "id": "someone/tiny-llama"}},
+                }
+            }
+        )
+        hub, _ = config.load_model("hub")
+    trained, tokenizer = config.load_model("local")
+    random, _ = config.load_model("random")
+    assert trained.dtype == torch.bfloat16 and random.dtype == torch.float32
+    assert tokenizer(texts[0])["input_ids"] == load_tokenizer(llama_folder)(texts[0])["input_ids"]
+    reference = load_model(llama_folder, "float32", "cpu")
+    weights = "model.layers.0.mlp.up_proj.weight"
+    expected = dict(reference.named_parameters())[weights]
+    torch.testing.assert_close(dict(hub.named_parameters())[weights], expected, rtol=0, atol=0)
+    torch.testing.assert_close(
+        dict(trained.named_parameters())[weights].float(), expected, rtol=0, atol=0.01
+    )
+    assert not torch.equal(dict(random.named_parameters())[weights], expected)

@@ -27,7 +27,7 @@ def _section(page: Path, heading: str) -> str:
 
 
 def documented_tree() -> list[str]:
-    """The entries of the package tree under ``layerlaws/`` (``core/``, ``api.py``…)."""
+    """The entries of the package tree under ``layerlaws/`` (``core/``, ``api/``…)."""
     block = re.search(r"```text\nlayerlaws/\n(.*?)```", _section(DEVELOPMENT, "The library"), re.S)
     assert block, "docs/development.md: no ```text block starting with layerlaws/ in *The library*"
     return [line.split()[0] for line in block.group(1).splitlines() if line.strip()]

@@ -31,7 +31,7 @@ Eq. 7, unless ``final_norm`` is off):
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -68,6 +68,14 @@ from layerlaws.models.heads import lens_entropy_and_loss
 
 log = logging.getLogger(__name__)
 
+COUPLING_KINDS = ("depth", "tokens", "trajectories", "logit_lens")
+"""What ``measure_prompt`` measures of a prompt: the depth-wise coupling of its last
+token's Jacobians (Aubry et al. §3), the token-wise kinds (§3.1), the trajectories' line
+shape and expodistance (§4, Fig. 23–25) and the logit lens of every layer's state (the
+head's entropy and next-token loss, added to the ``layers`` rows)."""
+TRAJECTORY_KINDS = ("trajectories", "logit_lens")
+"""The kinds a prompt set measures of a prompt whose Jacobians it leaves out
+(``coupling.prompts.<set>.jacobian_prompts``)."""
 TOKEN_KINDS = ("self", "fixed_output", "fixed_input")
 
 
@@ -223,22 +231,32 @@ def measure_prompt(
     settings: CouplingSettings,
     vjp_chunk: int = 64,
     svd_length: int | None = None,
-    jacobians: bool = True,
+    kinds: Collection[str] = COUPLING_KINDS,
 ) -> PromptMeasurement:
-    """Measure one prompt ``input_ids`` (1, T) as ``settings`` say (its ``ks``,
-    ``metrics``, ``svd``, ``products``, ``svd_seed``, ``lss_window`` and ``final_norm``;
-    ``token_coupling`` resolves its token layers), with ``vjp_chunk`` output rows per
-    batched VJP; ``svd: auto`` chooses its path for prompts of ``svd_length`` tokens
-    (this one's by default). Without ``jacobians``, the trajectories only. Layers are
-    numbered 1..L (block l maps x^{l-1} to x^l); tokens 0..T−1."""
+    """Measure the ``kinds`` (``COUPLING_KINDS``, all by default) of one prompt
+    ``input_ids`` (1, T) as ``settings`` say (its ``ks``, ``metrics``, ``svd``,
+    ``products``, ``svd_seed``, ``lss_window`` and ``final_norm``; ``token_coupling``
+    resolves its token layers), with ``vjp_chunk`` output rows per batched VJP; ``svd:
+    auto`` chooses its path for prompts of ``svd_length`` tokens (this one's by default).
+    Layers are numbered 1..L (block l maps x^{l-1} to x^l); tokens 0..T−1."""
+    unknown = sorted(set(kinds) - set(COUPLING_KINDS))
+    if unknown or not kinds:
+        raise LayerlawsError(
+            f"coupling kinds {unknown or list(kinds)}: measure one or more of "
+            f"{list(COUPLING_KINDS)}"
+        )
     calls, streams = trace_blocks(model, input_ids, settings.includes_final_norm)
     result = PromptMeasurement(streams=streams.float().cpu().numpy())
-    if jacobians:
+    if {"depth", "tokens"} & set(kinds):
         chosen = _chosen_svd(settings, len(calls), streams, token_coupling, svd_length)
-        _measure_depth(result, calls, streams, chosen, vjp_chunk)
-        _measure_tokens(result, calls, streams, token_coupling, chosen, vjp_chunk)
-    _measure_trajectories(result, settings)
-    _measure_logit_lens(result, model, streams, input_ids, settings)
+        if "depth" in kinds:
+            _measure_depth(result, calls, streams, chosen, vjp_chunk)
+        if "tokens" in kinds:
+            _measure_tokens(result, calls, streams, token_coupling, chosen, vjp_chunk)
+    if "trajectories" in kinds:
+        _measure_trajectories(result, settings)
+    if "logit_lens" in kinds:
+        _measure_logit_lens(result, model, streams, input_ids, settings)
     return result
 
 
@@ -413,11 +431,17 @@ def _measure_logit_lens(
     settings: CouplingSettings,
 ) -> None:
     """The logit lens of one prompt's ``streams`` (L + 1, T, d) added to the rows of
-    ``result.layers`` (one per token and layer, ``_measure_trajectories``): the entropy of
-    the model's head at x^l and its loss on the next token."""
+    ``result.layers`` (one per token and layer, ``_measure_trajectories``; made here when
+    the trajectories are not measured): the entropy of the model's head at x^l and its
+    loss on the next token."""
     entropy, loss = lens_entropy_and_loss(
         model, streams, input_ids[0], normed_last=settings.includes_final_norm
     )
+    if not result.layers:
+        layers, length = streams.shape[0], streams.shape[1]
+        result.layers = [
+            {"token": token, "layer": layer} for token in range(length) for layer in range(layers)
+        ]
     for row in result.layers:
         row["logit_entropy"] = float(entropy[row["layer"], row["token"]])
         row["next_token_loss"] = float(loss[row["layer"], row["token"]])

@@ -33,7 +33,13 @@ import torch
 from layerlaws.core.atomic import atomic_path
 from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
-from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, measure_prompt
+from layerlaws.coupling.measurement import (
+    COUPLING_KINDS,
+    TRAJECTORY_KINDS,
+    PromptMeasurement,
+    TokenCoupling,
+    measure_prompt,
+)
 from layerlaws.coupling.settings import CouplingSettings
 
 log = logging.getLogger(__name__)
@@ -155,7 +161,11 @@ def measure_prompts(
             settings=settings,
             vjp_chunk=vjp_chunk,
             svd_length=longest,
-            jacobians=jacobian_indices is None or index in jacobian_indices,
+            kinds=(
+                COUPLING_KINDS
+                if jacobian_indices is None or index in jacobian_indices
+                else TRAJECTORY_KINDS
+            ),
         )
         _write_prompt(files.path(weights, index), measurement)
         del measurement  # not held while the next prompt is measured
