@@ -8,7 +8,7 @@ the rules' resources are read from them by rule name. Torch-free; a job's needs 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,20 +44,23 @@ def plan_row(
     tokens_known: str,
     needs: Any,
     *,
+    wildcards: Mapping[str, Any],
     cache_bytes_float32: int = 0,
     **extra: Any,
 ) -> dict[str, Any]:
     """One row of a config's plan (``JobPlanner.plan``): a job of ``rule`` on ``model`` and
     ``data`` (a dataset, a prompt set, a shard of one), the model's size and where it was
     read from (``sized``: a ``ModelSize`` and a word), the ``tokens`` it reads (prompts
-    where ``tokens_known`` is "prompts") and what it ``needs``; beside them the bytes a
-    float32 cache of every layer's states for those tokens would take, and ``extra``
-    columns (a training's ``chain``)."""
+    where ``tokens_known`` is "prompts") and what it ``needs``; beside them the Snakemake
+    job's ``wildcards`` (as texts: the job a dry run lists), the bytes a float32 cache of
+    every layer's states for those tokens would take, and ``extra`` columns (a training's
+    ``chain``)."""
     size, sized_by = sized
     return {
         "job": rule,
         "model": model,
         "data": data,
+        "wildcards": {name: str(value) for name, value in wildcards.items()},
         "parameters": size.parameters,
         "sized_by": sized_by,
         "tokens": tokens,

@@ -38,13 +38,16 @@ class Sharding:
         split: what the stage's own job merges."""
         return [shard_file(str(shard)) for shard in range(self.shards)] if self.split else []
 
-    def jobs(self, rule: str, data: str) -> list[tuple[str, str]]:
-        """(rule, data) of each model job of one run on ``data``: the stage's ``rule`` once,
-        or its shard rule (``<rule>_shard``) once per shard, the data labelled
-        ``<data>[<shard>/<shards>]``."""
+    def jobs(self, rule: str, data: str) -> list[tuple[str, str, dict[str, str]]]:
+        """(rule, data, shard wildcard) of each model job of one run on ``data``: the stage's
+        ``rule`` once (no wildcard), or its shard rule (``<rule>_shard``) once per shard,
+        the data labelled ``<data>[<shard>/<shards>]``, the wildcard ``{"shard": "<shard>"}``."""
         if not self.split:
-            return [(rule, data)]
-        return [(f"{rule}_shard", f"{data}[{shard}/{self.shards}]") for shard in range(self.shards)]
+            return [(rule, data, {})]
+        return [
+            (f"{rule}_shard", f"{data}[{shard}/{self.shards}]", {"shard": str(shard)})
+            for shard in range(self.shards)
+        ]
 
 
 def shard_indices(count: int, shard: int, shards: int) -> range:

@@ -76,6 +76,9 @@ def planned_jobs(planner: Any) -> list[dict[str, Any]]:
         sized = planner.size(model)
         needs = job_needs(planner, model, sized[0], prompts)
         count = sharding.share(prompt_count(planner.expanded.prompt_sets[prompts]))
-        for rule, data in sharding.jobs("measure_coupling", prompts):
-            rows.append(plan_row(rule, model, data, sized, count, "prompts", needs))
+        for rule, data, shard in sharding.jobs("measure_coupling", prompts):
+            wildcards = {"model": model, "prompts": prompts, **shard}
+            rows.append(
+                plan_row(rule, model, data, sized, count, "prompts", needs, wildcards=wildcards)
+            )
     return rows

@@ -142,12 +142,13 @@ def planned_jobs(planner: Any) -> list[dict[str, Any]]:
         needs = pass_needs(planner, model, sized[0], tokens, longest, tokens_path=tokens_path)
         share = sharding.share(tokens)
         jobs = [
-            (rule, data, share, needs) for rule, data in sharding.jobs("equilearning_pass", dataset)
+            (rule, data, shard, share, needs)
+            for rule, data, shard in sharding.jobs("equilearning_pass", dataset)
         ]
         if planner.expanded.hidden_states["keep"]:
             hidden = hidden_needs(planner, model, sized[0], tokens, longest)
-            jobs.append(("extract_hidden", dataset, tokens, hidden))
-        for rule, data, job_tokens, job_needs in jobs:
+            jobs.append(("extract_hidden", dataset, {}, tokens, hidden))
+        for rule, data, shard, job_tokens, job_needs in jobs:
             cache = hidden_states_bytes(sized[0], job_tokens, 4)
             rows.append(
                 plan_row(
@@ -158,6 +159,7 @@ def planned_jobs(planner: Any) -> list[dict[str, Any]]:
                     job_tokens,
                     counted,
                     job_needs,
+                    wildcards={"model": model, "dataset": dataset, **shard},
                     cache_bytes_float32=cache,
                 )
             )

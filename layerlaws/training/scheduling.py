@@ -111,7 +111,15 @@ def planned_jobs(planner: Any) -> list[dict[str, Any]]:
             sized = (size, "training settings")
             rows.append(
                 plan_row(
-                    "train_checkpoint", training, data, sized, tokens, "", needs, chain=training
+                    "train_checkpoint",
+                    training,
+                    data,
+                    sized,
+                    tokens,
+                    "",
+                    needs,
+                    wildcards={"training": training, "step": end},
+                    chain=training,
                 )
             )
     return rows
