@@ -59,9 +59,8 @@ def test_the_papers_numbering_regresses_transformers_hidden_states(family, token
     settings = EquilearningSettings(
         offsets=(1,), norms=("model", "none"), controls=("none",), layer_states="hidden_states"
     )
-    law = api.equilearning_law(
-        model, tokenizer, texts, settings, max_tokens=MAX_TOKENS, batch_size=7, progress=False
-    )
+    probing = api.Texts(texts, max_tokens=MAX_TOKENS, min_tokens=1)
+    law = api.equilearning_law(model, tokenizer, probing, settings, batch_size=7, progress=False)
     sentences = pl.DataFrame(
         {"sentence_id": range(len(texts)), "text": texts, "source": "test"},
         schema={"sentence_id": pl.Int64, "text": pl.String, "source": pl.String},

@@ -707,9 +707,8 @@ def test_the_python_api_measures_a_t5_in_memory_as_the_pass_does(t5, probe):
     law = api.equilearning_law(
         model,
         load_tokenizer(root / "m"),
-        texts,
+        api.Texts(texts, max_tokens=48),
         SETTINGS,
-        max_tokens=48,
         probe=probe,
         progress=False,
     )

@@ -69,9 +69,8 @@ def test_the_docs_example_and_geometry_through_the_api(in_memory, tmp_path, monk
         api.ObserverSpec("plain", mean_norm),
         "geometry",
     ]
-    law = api.equilearning_law(
-        model, tokenizer, texts, max_tokens=MAX_TOKENS, batch_size=8, observers=observers
-    )
+    probing = api.Texts(texts, max_tokens=MAX_TOKENS, min_tokens=1)
+    law = api.equilearning_law(model, tokenizer, probing, batch_size=8, observers=observers)
     assert list(law.observers) == ["squared", "plain", "geometry"]
     for name, power in (("squared", 2), ("plain", 1)):
         table = law.observers[name]
