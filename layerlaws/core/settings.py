@@ -5,7 +5,7 @@ description. Snakemake validates the config with the schema and fills in its def
 configuration reference (``docs/configuration.md``) is generated from it; and a stage's
 settings dataclass names only the keys it reads and their Python types. ``settings_of``
 gives such a dataclass its defaults from the schema (so the Python API builds it by hand
-with the config's defaults) and refuses, at import, a field that is not a key of the
+with the schema's defaults) and refuses, at import, a field that is not a key of the
 schema's block. ``read_settings`` checks each value against its key's schema (the error
 names the dotted key) and converts it to the field's type: lists become tuples, ints
 become floats where the field is a float, sub-blocks become their dataclasses.

@@ -1,6 +1,6 @@
 """The coupling stage's settings (the config's ``coupling`` block: Aubry et al.'s coupling
 of Jacobians, §3.1 for its token-wise kinds, Fig. 23–25 for the trajectories), read once
-from the measuring rule's params. The defaults are the config's, for building settings
+from the measuring rule's params. The defaults are the schema's, for building settings
 by hand (``layerlaws.api``)."""
 
 from __future__ import annotations
