@@ -160,3 +160,10 @@ def test_the_configs_models_load_as_prepared(llama_folder, texts):
         dict(trained.named_parameters())[weights].float(), expected, rtol=0, atol=0.01
     )
     assert not torch.equal(dict(random.named_parameters())[weights], expected)
+
+
+def test_a_checkpoint_not_trained_here_says_how_to_train_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = api.Config.load(REPO / "config.yaml")
+    with pytest.raises(LayerlawsError, match=r"wiki-llama@step800 is step 800 of the training"):
+        config.load_model("wiki-llama@step800")

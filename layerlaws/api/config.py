@@ -113,6 +113,14 @@ class Config:
         ``dtype`` under its ``quantization`` of ``stage`` (``passes`` or ``coupling``);
         ``attention="eager"`` for the coupling's Jacobians."""
         settings = self._model(model)
+        source = settings["source"]
+        if "training" in source and not Path(source["path"]).is_dir():
+            raise LayerlawsError(
+                f"{model} is step {source['step']} of the training {source['training']}, not "
+                f"trained here ({source['path']} does not exist): train it with `snakemake "
+                f"results/models/{model} --configfile <this config>`, or work in the folder "
+                f"whose results/ hold it"
+            )
         preparation = {
             key: value for key, value in settings.items() if key not in PREPARATION_EXCLUDED
         }
