@@ -167,3 +167,22 @@ def test_a_checkpoint_not_trained_here_says_how_to_train_it(tmp_path, monkeypatc
     config = api.Config.load(REPO / "config.yaml")
     with pytest.raises(LayerlawsError, match=r"wiki-llama@step800 is step 800 of the training"):
         config.load_model("wiki-llama@step800")
+
+
+def test_a_model_prepared_into_a_folder_is_kept_and_loaded_from_it_again(llama_folder, tmp_path):
+    local = {"kind": "local", "path": str(llama_folder)}
+    config = api.Config.load(
+        {"models": {"a": {"source": local}, "b": {"source": local, "init": "random"}}}
+    )
+    folder = tmp_path / "prepared"
+    first, _ = config.load_model("a", folder=folder)
+    facts = folder / "layerlaws_model.json"
+    written = facts.stat().st_mtime_ns
+    again, _ = config.load_model("a", folder=folder)
+    assert facts.stat().st_mtime_ns == written  # loaded as it is, not prepared again
+    for name, weight in again.named_parameters():
+        assert torch.equal(weight, dict(first.named_parameters())[name]), name
+    with pytest.raises(LayerlawsError, match=r"holds a model prepared from .*'init': 'trained'"):
+        config.load_model("b", folder=folder)
+    with pytest.raises(LayerlawsError, match="is not a prepared model folder"):
+        config.load_model("a", folder=tmp_path)

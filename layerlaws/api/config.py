@@ -15,12 +15,14 @@ from typing import Any
 import yaml
 
 from layerlaws.api.measurements import Texts
+from layerlaws.core.atomic import atomic_path
 from layerlaws.core.config_errors import file_problems, problems_message, schema_problems
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import with_defaults
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.equilearning.settings import EquilearningSettings, observer_specs
 from layerlaws.forward.observers import ObserverSpec
+from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.models.quantization import stage_quantization
@@ -104,14 +106,19 @@ class Config:
         device: str = "cpu",
         attention: str | None = None,
         stage: str = "passes",
+        folder: str | Path | None = None,
     ) -> tuple[Any, Any]:
         """The config's ``model`` (a key of ``models``, a revision ``<key>@<revision>`` or a
         training checkpoint ``<training>@step<N>``, whose run must have trained it) and its
         tokenizer, prepared from its source as the pipeline prepares it (a GGUF
         dequantised, a hub model read from the Hugging Face cache or fetched, a random
-        twin drawn) into a temporary folder, then loaded on ``device`` in the model's
-        ``dtype`` under its ``quantization`` of ``stage`` (``passes`` or ``coupling``);
-        ``attention="eager"`` for the coupling's Jacobians."""
+        twin drawn), then loaded on ``device`` in the model's ``dtype`` under its
+        ``quantization`` of ``stage`` (``passes`` or ``coupling``); ``attention="eager"``
+        for the coupling's Jacobians. It is prepared into ``folder`` and kept there, or
+        loaded from it as it is when a model of the same source was prepared there before
+        (the pipeline's ``results/models/<model>`` after a run; a random twin's seed is not
+        recorded there); by default into a temporary folder, removed once the model is
+        loaded (a GGUF's float32 weights are written there)."""
         settings = self._model(model)
         source = settings["source"]
         if "training" in source and not Path(source["path"]).is_dir():
@@ -121,20 +128,46 @@ class Config:
                 f"results/models/{model} --configfile <this config>`, or work in the folder "
                 f"whose results/ hold it"
             )
+        if folder is not None:
+            return self._loaded(
+                settings, self._prepared(model, Path(folder)), device, attention, stage
+            )
+        with tempfile.TemporaryDirectory(prefix="layerlaws-model-") as temporary:
+            prepared = self._prepared(model, Path(temporary) / "model")
+            return self._loaded(settings, prepared, device, attention, stage)
+
+    def _prepared(self, model: str, folder: Path) -> Path:
+        """``folder`` holding ``model`` prepared from its source (``load_model``)."""
+        settings = self._model(model)
+        expected = {**settings["source"], "init": settings.get("init", "trained")}
+        if folder.exists():
+            recorded = read_facts(folder).source
+            if recorded != expected:
+                raise LayerlawsError(
+                    f"{folder} holds a model prepared from {recorded}, not from {model}'s "
+                    f"source {expected}: give another folder, or remove this one"
+                )
+            return folder
         preparation = {
             key: value for key, value in settings.items() if key not in PREPARATION_EXCLUDED
         }
-        with tempfile.TemporaryDirectory(prefix="layerlaws-model-") as folder:
-            prepared = Path(folder) / "model"
-            prepare_model(preparation, prepared)
-            loaded = load_model(
-                prepared,
-                settings.get("dtype", "float32"),
-                device,
-                attention,
-                stage_quantization(settings, stage),
-            )
-            return loaded, load_tokenizer(prepared)
+        with atomic_path(folder) as temporary:
+            prepare_model(preparation, temporary)
+        return folder
+
+    @staticmethod
+    def _loaded(
+        settings: Mapping[str, Any], folder: Path, device: str, attention: str | None, stage: str
+    ) -> tuple[Any, Any]:
+        """The prepared model in ``folder`` and its tokenizer (``load_model``)."""
+        model = load_model(
+            folder,
+            settings.get("dtype", "float32"),
+            device,
+            attention,
+            stage_quantization(settings, stage),
+        )
+        return model, load_tokenizer(folder)
 
     def texts(self, dataset: str) -> Texts:
         """The sample the pipeline draws of ``dataset`` (``n_samples`` texts seeded by

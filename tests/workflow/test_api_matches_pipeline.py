@@ -48,9 +48,10 @@ def config(finished):
 
 
 @pytest.fixture(scope="module")
-def loaded(config):
-    """The model as the equi-learning and signature jobs load it."""
-    return config.load_model(MODEL)
+def loaded(finished, config):
+    """The model as the equi-learning and signature jobs load it, from the folder the
+    pipeline prepared it in."""
+    return config.load_model(MODEL, folder=finished / "results/models" / MODEL)
 
 
 @pytest.fixture(scope="module")
