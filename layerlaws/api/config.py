@@ -203,7 +203,9 @@ class Config:
     def corpus(self, name: str) -> Texts:
         """Every text of a dataset's source (those of its ``exclude`` datasets' samples left
         out), or of each dataset of a pool (``signatures.pools``), up to the dataset's
-        ``token_budget``: what a signature run counts."""
+        ``token_budget``: what a signature run counts. The texts are held in memory (the
+        pipeline streams them a shard at a time: count a corpus of billions of tokens
+        there)."""
         pools = self.values["signatures"]["pools"]
         members = pools.get(name, [name])
         texts = []
