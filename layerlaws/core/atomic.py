@@ -1,6 +1,8 @@
 """Atomic outputs: write under a temporary name in the same folder, then rename.
 
-An interrupted job therefore never leaves a half-written file that looks finished.
+An interrupted job therefore never leaves a half-written file that looks finished. A table
+or an archive too large to hold whole is written a part at a time (``csv_rows``,
+``npz_entries``), atomically all the same.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from layerlaws.core.disk import disk_error
 
@@ -119,3 +122,53 @@ def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> None:
 
     with atomic_path(path) as temporary, open(temporary, "wb") as handle:
         np.savez(handle, **arrays)
+
+
+class CsvRows:
+    """A CSV written some rows at a time (``csv_rows``), by polars: its header once, with
+    the first rows' columns."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.header = handle, True
+
+    def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``rows`` (dicts of one set of columns); none: nothing."""
+        import polars as pl
+
+        if rows:
+            pl.DataFrame(list(rows)).write_csv(self.handle, include_header=self.header)
+            self.header = False
+
+
+class NpzEntries:
+    """An uncompressed ``.npz`` written an array at a time (``npz_entries``), as
+    ``numpy.savez`` writes each: a ``<key>.npy`` member of a zip archive."""
+
+    def __init__(self, archive: zipfile.ZipFile) -> None:
+        self.archive = archive
+
+    def add(self, key: str, array: Any) -> None:
+        """Append ``array`` as ``key``."""
+        import numpy as np
+
+        with self.archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
+
+@contextlib.contextmanager
+def csv_rows(path: str | os.PathLike[str]) -> Iterator[CsvRows]:
+    """A CSV at ``path`` written rows at a time while the block runs, in place when it ends
+    (nothing there if it raises)."""
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        yield CsvRows(handle)
+
+
+@contextlib.contextmanager
+def npz_entries(path: str | os.PathLike[str]) -> Iterator[NpzEntries]:
+    """An uncompressed ``.npz`` at ``path`` written an array at a time while the block runs,
+    in place when it ends (nothing there if it raises)."""
+    with (
+        atomic_path(path) as temporary,
+        zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive,
+    ):
+        yield NpzEntries(archive)

@@ -19,18 +19,16 @@ from __future__ import annotations
 import logging
 import pickle
 import shutil
-import zipfile
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import polars as pl
 import torch
 
-from layerlaws.core.atomic import atomic_path
+from layerlaws.core.atomic import atomic_path, csv_rows, npz_entries
 from layerlaws.core.logs import ProgressLog
 from layerlaws.core.progress import ProgressSaves, prefix_hash
 from layerlaws.coupling.measurement import (
@@ -203,45 +201,6 @@ def _resumed(
     return done
 
 
-class _CsvRows:
-    """A CSV written a prompt's rows at a time, by polars (its header once)."""
-
-    def __init__(self, handle: BinaryIO) -> None:
-        self.handle, self.header = handle, True
-
-    def add(self, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            pl.DataFrame(rows).write_csv(self.handle, include_header=self.header)
-            self.header = False
-
-
-class _NpzEntries:
-    """An uncompressed ``.npz`` written an array at a time, as ``numpy.savez`` writes each
-    (``<key>.npy`` members of a zip archive)."""
-
-    def __init__(self, archive: zipfile.ZipFile) -> None:
-        self.archive = archive
-
-    def add(self, key: str, array: np.ndarray) -> None:
-        with self.archive.open(f"{key}.npy", "w", force_zip64=True) as member:
-            np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
-
-
-@contextmanager
-def _csv_rows(path: str | Path) -> Iterator[_CsvRows]:
-    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-        yield _CsvRows(handle)
-
-
-@contextmanager
-def _npz_entries(path: str | Path) -> Iterator[_NpzEntries]:
-    with (
-        atomic_path(path) as temporary,
-        zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive,
-    ):
-        yield _NpzEntries(archive)
-
-
 class _DepthMeans:
     """The depth rows' running sums over the prompts, per weights, layer pair, K and
     metric: the ``mean`` rows of depth.csv. Float64 sums with Kahan's compensation (the
@@ -301,8 +260,8 @@ def write_outputs(
     (depth ``mean`` rows, ``mean_abs``) are running float64 sums."""
     weights_names = list(dict.fromkeys(weights for weights, _ in measured.units))
     with ExitStack() as stack:
-        tables = {name: stack.enter_context(_csv_rows(getattr(output, name))) for name in TABLES}
-        arrays = {name: stack.enter_context(_npz_entries(getattr(output, name))) for name in ARRAYS}
+        tables = {name: stack.enter_context(csv_rows(getattr(output, name))) for name in TABLES}
+        arrays = {name: stack.enter_context(npz_entries(getattr(output, name))) for name in ARRAYS}
         couplings = arrays["couplings"]
         couplings.add("k", np.array(min(settings.ks)))
         couplings.add("token_layers", np.array(token_coupling.layer_pairs[0]))
