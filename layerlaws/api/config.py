@@ -16,9 +16,10 @@ import yaml
 
 from layerlaws.api.measurements import Texts
 from layerlaws.core.atomic import atomic_path
-from layerlaws.core.config_errors import file_problems, problems_message, schema_problems
+from layerlaws.core.config_errors import problems_message
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import with_defaults
+from layerlaws.core.text_files import utf8_text
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.equilearning.settings import EquilearningSettings, observer_specs
 from layerlaws.forward.observers import ObserverSpec
@@ -27,7 +28,7 @@ from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.models.quantization import stage_quantization
 from layerlaws.pipeline.expansion import ExpandedConfig
-from layerlaws.pipeline.renamed_keys import renamed_key_errors
+from layerlaws.pipeline.startup import config_problems
 from layerlaws.pipeline.targets import PREPARATION_EXCLUDED
 from layerlaws.rehearsal.counts import divided_counts
 from layerlaws.signatures.settings import SignatureSettings
@@ -36,6 +37,15 @@ from layerlaws.text.sources import iter_texts
 
 EMBEDDED_CONFIG = Path(__file__).parents[2] / "config.yaml"
 """The default config (``make run``'s), in a checkout of the repository."""
+
+
+def _written(path: Path) -> dict[str, Any]:
+    """A config file as written; empty where it cannot be read or parsed (what is wrong
+    with it is said by ``config_problems``)."""
+    try:
+        return yaml.safe_load(utf8_text(path, "config file")) or {}
+    except (OSError, LayerlawsError, yaml.YAMLError):
+        return {}
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,8 @@ class Config:
         """The signature stage's settings (``signatures``)."""
         self.coupling = CouplingSettings.from_config(self.values["coupling"])
         """The coupling stage's settings (``coupling``)."""
+        self._samples: dict[str, Any] = {}
+        """Each dataset's sample, once drawn."""
 
     @classmethod
     def load(cls, config: str | Path | Mapping[str, Any] = EMBEDDED_CONFIG) -> Config:
@@ -75,12 +87,9 @@ class Config:
         a block alone (``{"coupling": {...}}``) is a config whose other keys are the
         schema's defaults. Raises LayerlawsError with every problem, a line each, as the
         workflow says them."""
-        if isinstance(config, Mapping):
-            written, problems = dict(config), []
-        else:
-            problems = file_problems(config)
-            written = {} if problems else yaml.safe_load(Path(config).read_text()) or {}
-        problems = problems or renamed_key_errors(written) or schema_problems(written)
+        files = [] if isinstance(config, Mapping) else [config]
+        written = dict(config) if isinstance(config, Mapping) else _written(Path(config))
+        problems = config_problems(files, written)
         if problems:
             raise LayerlawsError(problems_message(problems))
         return cls(ExpandedConfig.from_config(divided_counts(with_defaults(written))))
@@ -129,16 +138,16 @@ class Config:
                 f"whose results/ hold it"
             )
         if folder is not None:
-            return self._loaded(
-                settings, self._prepared(model, Path(folder)), device, attention, stage
-            )
+            prepared = self._prepared(model, settings, Path(folder))
+            return self._loaded(settings, prepared, device, attention, stage)
         with tempfile.TemporaryDirectory(prefix="layerlaws-model-") as temporary:
-            prepared = self._prepared(model, Path(temporary) / "model")
+            prepared = self._prepared(model, settings, Path(temporary) / "model")
             return self._loaded(settings, prepared, device, attention, stage)
 
-    def _prepared(self, model: str, folder: Path) -> Path:
-        """``folder`` holding ``model`` prepared from its source (``load_model``)."""
-        settings = self._model(model)
+    @staticmethod
+    def _prepared(model: str, settings: Mapping[str, Any], folder: Path) -> Path:
+        """``folder`` holding ``model`` (its ``settings``) prepared from its source
+        (``load_model``)."""
         expected = {**settings["source"], "init": settings.get("init", "trained")}
         if folder.exists():
             recorded = read_facts(folder).source
@@ -183,14 +192,16 @@ class Config:
         )
 
     def _sample(self, dataset: str) -> Any:
-        """The pipeline's sample of ``dataset`` (``sentences.parquet``'s table)."""
-        settings = self._dataset(dataset)
-        return sample_sentences(
-            settings["source"],
-            settings["n_samples"],
-            settings["sample_seed"],
-            self._excluded(settings),
-        )
+        """The pipeline's sample of ``dataset`` (``sentences.parquet``'s table), drawn once."""
+        if dataset not in self._samples:
+            settings = self._dataset(dataset)
+            self._samples[dataset] = sample_sentences(
+                settings["source"],
+                settings["n_samples"],
+                settings["sample_seed"],
+                self._excluded(settings),
+            )
+        return self._samples[dataset]
 
     def _excluded(self, dataset: Mapping[str, Any]) -> set[str]:
         """Where every text of the samples of a ``dataset``'s ``exclude`` comes from."""

@@ -38,7 +38,10 @@ from layerlaws.models.loading import randomly_initialised_twin
 from layerlaws.signatures.comparison import SignatureComparison, compare_with_embeddings
 from layerlaws.signatures.counting import connect, count_tokens
 from layerlaws.signatures.settings import SignatureSettings
-from layerlaws.text.tokens import tokenize_prompts, tokenize_sentences, with_successors
+from layerlaws.text.tokens import tokenize_corpus, tokenize_prompts, tokenize_sentences
+
+SHARD_TEXTS = schema_at("execution.shard_texts")["default"]
+"""Texts per token shard while counting (``execution.shard_texts``)."""
 
 
 def _dataset_default(key: str) -> Any:
@@ -64,18 +67,13 @@ class Texts:
         """``texts`` as given, or a plain list under the schema's defaults."""
         return texts if isinstance(texts, Texts) else cls(tuple(texts))
 
-    def tokens(
-        self, tokenizer: Any, max_positions: int | None, whole: bool = False
-    ) -> pl.DataFrame:
+    def tokens(self, tokenizer: Any, max_positions: int | None) -> pl.DataFrame:
         """The token table of the texts (``layerlaws.text.tokens.tokenize_sentences``),
-        capped at the model's context ``max_positions``; ``whole``: untruncated, every
-        text of one token or more (the signatures' counting of a corpus)."""
+        capped at the model's context ``max_positions``."""
         sentences = pl.DataFrame(
             {"sentence_id": range(len(self.texts)), "text": list(self.texts), "source": "api"},
             schema={"sentence_id": pl.Int64, "text": pl.String, "source": pl.String},
         )
-        if whole:
-            return tokenize_sentences(sentences, tokenizer, 10**12, 1, self.token_budget)
         return tokenize_sentences(
             sentences,
             tokenizer,
@@ -195,12 +193,20 @@ def signatures(
     embeddings under ``settings`` (default: the schema's, ``SignatureSettings()``):
     ``rcos``, ``per_token``, ``percentiles``, ``percentile_bins``, ``views``, ``summary``
     as the pipeline writes them."""
-    tokens = with_successors(Texts.of(texts).tokens(tokenizer, None, whole=True))
+    counted = Texts.of(texts)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        tokens.write_parquet(root / "shard.parquet")
+        # As a signature run tokenises a corpus: whole texts, up to the token budget.
+        tokenize_corpus(
+            ((text, "api") for text in counted.texts),
+            tokenizer,
+            root / "shards",
+            shard_texts=SHARD_TEXTS,
+            token_budget=counted.token_budget,
+        )
         connection = connect(memory_limit_mb, root / "spill", threads=2)
-        count_tokens(connection, [root / "shard.parquet"], root / "u.parquet", root / "b.parquet")
+        shards = sorted((root / "shards").glob("*.parquet"))
+        count_tokens(connection, shards, root / "u.parquet", root / "b.parquet")
         unigrams, bigrams = pl.read_parquet(root / "u.parquet"), pl.read_parquet(root / "b.parquet")
     input_embeddings = model.get_input_embeddings().weight
     output_embeddings = model.get_output_embeddings().weight

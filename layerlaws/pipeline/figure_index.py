@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from layerlaws.core.atomic import atomic_path
+from layerlaws.core.atomic import atomic_path, write_json
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.text_files import utf8_text
 from layerlaws.pipeline.target_plan import TargetPlan, target_plans
@@ -233,8 +233,7 @@ def write_snapshot(plans: FigurePlans, rows: Sequence[FigureRow], path: Path) ->
         "whole_config": _stored(plans.whole),
         "figures": figures,
     }
-    with atomic_path(path) as temporary:
-        temporary.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    write_json(path, data)
 
 
 def read_snapshot(path: str | os.PathLike[str], config: str | os.PathLike[str]) -> FigurePlans:
