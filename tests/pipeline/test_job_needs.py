@@ -246,6 +246,7 @@ def alone(config: dict, size: ModelSize, dataset: str, on_gpu: bool = True):
         gpus="auto",
         gpu_memory_gb=config["execution"]["gpu_memory_gb"],
         fuzziness_open_classes=min(tokens // 2, size.vocab_size),
+        fuzziness_host_bytes=int(config["execution"]["fuzziness_host_gb"] * 2**30),
     )
 
 
