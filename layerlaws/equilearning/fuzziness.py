@@ -19,7 +19,12 @@ t_c = Σ_{i∈c} (h_i − r) the class sums about a reference r (the first batch
 keep the subtraction below well conditioned). A class is folded into B as soon as its
 n_c rows are seen, so only the sums of the classes still open are held (a class of one
 row is never stored): at most one per class of two rows or more, kept in blocks that are
-allocated as classes open and dropped as they close. Then
+allocated as classes open and dropped as they close. The blocks of each layer and norm
+beyond its share of ``host_bytes`` (``execution.fuzziness_host_gb``; the first slots,
+taken by the classes that open first, the frequent ones) are regions of a float64 file on
+the scratch disk, memory-mapped (``OpenSums``): read and added to by the same float64
+operations, so D is the same to the bit, with at most ``host_bytes`` of sums in host
+memory (the kernel pages the file in and out). Then
 N·SS_b = B − N (μ − r)(μ − r)ᵀ and SS_w = S_T − SS_b with S_T the total scatter. SS_b⁺
 drops eigenvalues below ``cutoff`` × the largest (SS_b has rank at most C − 1).
 """
