@@ -88,7 +88,7 @@ def fuzziness_bytes(size: ModelSize, norms: Sequence[str]) -> int:
     """Device memory of the separation-fuzziness statistics: per layer and norm (the last
     layer once) a float64 co-moment of the hidden size."""
     width = size.hidden_size
-    return (size.num_layers * len(norms) + 1) * (width * width + width) * 8
+    return layer_norms(size, norms) * (width * width + width) * SUM_BYTES
 
 
 def layer_norms(size: ModelSize, norms: Sequence[str]) -> int:
