@@ -19,8 +19,12 @@ units it would do itself.
 Saves are written with ``torch.save``, not pickle: the states hold the observers' tensors
 (accumulated statistics, large, possibly on a GPU), which torch.save writes as raw
 storages in its zip format without pickle's in-memory copies, and loads back on the device
-they were saved from. torch is imported only where a save is read or written, so that
-``layerlaws.core`` stays torch-free (tests/pipeline/test_torch_free.py).
+they were saved from. A save is loaded memory-mapped (copy on write): a host tensor is
+read from the file as it is used, so a state larger than the job's host memory (the
+separation fuzziness's class sums spilled to the scratch disk) can be restored; the file
+stays open (and on disk, if replaced by a later save) while those tensors live. torch
+is imported only where a save is read or written, so that ``layerlaws.core`` stays
+torch-free (tests/pipeline/test_torch_free.py).
 """
 
 from __future__ import annotations
@@ -115,7 +119,7 @@ class ProgressSaves:
         import torch
 
         try:
-            saved = torch.load(self.path, weights_only=False)
+            saved = torch.load(self.path, weights_only=False, mmap=True)
         except Exception as error:  # any unreadable file is discarded, never trusted
             log.warning("discarding the unreadable progress save %s: %s", self.path, error)
             return None

@@ -4,11 +4,17 @@ job (``layerlaws.forward.costs``), from the model's size and the stage's setting
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from layerlaws.core.dtypes import DTYPE_BYTES
 from layerlaws.forward.costs import ModelSize, Needs, model_pass_needs
 from layerlaws.forward.observers import ObserverSpec
+
+MAX_BLOCKS = 64
+"""The open class sums of a layer and norm are held in at most this many blocks."""
+SUM_BYTES = 8
+"""Bytes of one element of a class sum (float64)."""
 
 
 def statistics_bytes(
@@ -36,6 +42,7 @@ def equilearning_pass_needs(
     gpus: int | str,
     gpu_memory_gb: float,
     fuzziness_open_classes: int = 0,
+    fuzziness_host_bytes: int | None = None,
     statistics_written: bool = False,
     quantization: str = "none",
     named: Sequence[ObserverSpec] = (),
@@ -45,8 +52,9 @@ def equilearning_pass_needs(
     co-moments of the separation fuzziness included) and what its ``named`` observers
     declare for texts of ``tokens_per_text`` tokens (``named_needs``), the separation
     fuzziness's folded matrices and the sums of at most ``fuzziness_open_classes`` open
-    classes (those of two rows or more) in host memory, a PR table as output (a shard:
-    every statistic, with ``statistics_written``)."""
+    classes (those of two rows or more) in host memory up to ``fuzziness_host_bytes``
+    (None: all), the rest on the job's scratch disk (``spilled_sums_bytes``), a PR table
+    as output (a shard: every statistic, with ``statistics_written``)."""
     width = size.hidden_size + len(offsets) * len(controls)
     named_bytes, named_flops = named_needs(
         named, size=size, batch_tokens=batch_tokens, dtype=dtype, tokens_per_text=tokens_per_text
@@ -55,7 +63,10 @@ def equilearning_pass_needs(
     rows = (size.num_layers + 1) * len(offsets) * len(norms) * len(controls)
     device_bytes = statistics_bytes(size, offsets, norms, controls) + fuzziness_bytes(size, norms)
     device_bytes += named_bytes
-    host_bytes = class_sums_bytes(size, norms, fuzziness_open_classes)
+    held = slots_in_memory(fuzziness_host_bytes, size.hidden_size, layer_norms(size, norms))
+    in_memory = fuzziness_open_classes if held is None else min(fuzziness_open_classes, held)
+    host_bytes = class_sums_bytes(size, norms, in_memory)
+    spilled = spilled_sums_bytes(size, norms, fuzziness_open_classes, held)
     return model_pass_needs(
         size=size,
         dtype=dtype,
@@ -67,7 +78,8 @@ def equilearning_pass_needs(
         device_bytes=device_bytes,
         host_bytes=host_bytes,
         flops_per_token=statistics_flops,
-        output_bytes=device_bytes + host_bytes if statistics_written else rows * 64,
+        output_bytes=device_bytes + host_bytes + spilled if statistics_written else rows * 64,
+        scratch_bytes=spilled,
         quantization=quantization,
     )
 
@@ -76,7 +88,45 @@ def fuzziness_bytes(size: ModelSize, norms: Sequence[str]) -> int:
     """Device memory of the separation-fuzziness statistics: per layer and norm (the last
     layer once) a float64 co-moment of the hidden size."""
     width = size.hidden_size
-    return (size.num_layers * len(norms) + 1) * (width * width + width) * 8
+    return layer_norms(size, norms) * (width * width + width) * SUM_BYTES
+
+
+def layer_norms(size: ModelSize, norms: Sequence[str]) -> int:
+    """Layers × norms of the separation fuzziness (the last layer once)."""
+    return size.num_layers * len(norms) + 1
+
+
+def sums_per_block(n_slots: int) -> int:
+    """Class sums per block of one layer and norm's ``n_slots`` open class sums."""
+    return max(1, math.ceil(n_slots / MAX_BLOCKS))
+
+
+def slots_in_memory(host_bytes: int | None, width: int, layer_norms: int) -> int | None:
+    """Open class sums of ``width`` one layer and norm holds in host memory when the
+    ``layer_norms`` share ``host_bytes`` (None: no limit)."""
+    return None if host_bytes is None else host_bytes // (layer_norms * width * SUM_BYTES)
+
+
+def blocks_in_memory(n_slots: int, held: int | None) -> int:
+    """Blocks of ``n_slots`` open class sums held in host memory, the first ones: those
+    that end within the first ``held`` sums (None: all); the rest are spilled to disk."""
+    block = sums_per_block(n_slots)
+    if held is None or held >= n_slots:
+        return math.ceil(n_slots / block)
+    return held // block
+
+
+def spilled_sums_bytes(
+    size: ModelSize, norms: Sequence[str], open_classes: int, held: int | None
+) -> int:
+    """Scratch disk of the open class sums of a pass whose classes of two rows or more
+    are at most ``open_classes``, each layer and norm holding ``held`` in host memory
+    (None: all): the blocks beyond them (``blocks_in_memory``), at most one block more
+    than the sums beyond ``held``, whatever the number of open classes the tokens give."""
+    if held is None or open_classes <= held:
+        return 0
+    spilled = min(open_classes, open_classes - held + sums_per_block(open_classes) - 1)
+    return layer_norms(size, norms) * spilled * size.hidden_size * SUM_BYTES
 
 
 def class_sums_bytes(size: ModelSize, norms: Sequence[str], open_classes: int) -> int:
@@ -87,7 +137,7 @@ def class_sums_bytes(size: ModelSize, norms: Sequence[str], open_classes: int) -
     per-layer bookkeeping (16 bytes per class) is left out."""
     width = size.hidden_size
     per_layer_norm = open_classes * width + width * width + width
-    return (size.num_layers * len(norms) + 1) * per_layer_norm * 8
+    return layer_norms(size, norms) * per_layer_norm * SUM_BYTES
 
 
 def named_needs(

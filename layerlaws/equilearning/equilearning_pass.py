@@ -48,6 +48,9 @@ class EquilearningPass:
     observers: PassObservers
     named: tuple[ObserverSpec, ...] = ()
     """The named observers' specs (``equilearning.observers``)."""
+    fuzziness_host_bytes: int | None = None
+    """Host memory of the separation fuzziness's open class sums (``SeparationFuzziness``);
+    None: no limit."""
 
     @classmethod
     def prepare(
@@ -59,12 +62,15 @@ class EquilearningPass:
         probe: str = "auto",
         seq2seq: Seq2SeqVocabulary | None = None,
         named: Sequence[ObserverSpec] = (),
+        fuzziness_host_bytes: int | None = None,
     ) -> EquilearningPass:
         """The pass over ``tokens`` (a tokens table, ``layerlaws.text.tokens``) of a model
         with ``facts`` and ``tokenizer``, probed by ``probe`` (``auto``: the family's own
         task) and, for an encoder–decoder, its ``seq2seq`` vocabulary; its layers are those
         of ``settings.encoder_decoder`` and ``settings.layer_states`` (``probe_layers``);
-        ``named``: the named observers measured besides (``observer_specs``).
+        ``named``: the named observers measured besides (``observer_specs``); the
+        separation fuzziness's open class sums beyond ``fuzziness_host_bytes`` of host
+        memory kept on the scratch disk (``SeparationFuzziness``).
         Raises LayerlawsError, before any model runs, on a probe the family cannot take or
         an offset with no more rows than the hidden size."""
         probe = probe_of(probe, facts.model_type)
@@ -83,13 +89,31 @@ class EquilearningPass:
             seq2seq=seq2seq,
         )
         check_enough_rows(probed, settings.offsets, facts.hidden_size)
-        observers = PassObservers.build(probed, facts, tokenizer, settings, probe, named)
-        return cls(probed, facts, tokenizer, settings, probe, layers, observers, tuple(named))
+        observers = PassObservers.build(
+            probed, facts, tokenizer, settings, probe, named, fuzziness_host_bytes
+        )
+        return cls(
+            probed,
+            facts,
+            tokenizer,
+            settings,
+            probe,
+            layers,
+            observers,
+            tuple(named),
+            fuzziness_host_bytes,
+        )
 
     def fresh_observers(self) -> PassObservers:
         """Another set of the pass's observers, empty (a shard's, to merge into)."""
         return PassObservers.build(
-            self.tokens, self.facts, self.tokenizer, self.settings, self.probe, self.named
+            self.tokens,
+            self.facts,
+            self.tokenizer,
+            self.settings,
+            self.probe,
+            self.named,
+            self.fuzziness_host_bytes,
         )
 
     def run(

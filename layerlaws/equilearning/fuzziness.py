@@ -19,14 +19,19 @@ t_c = Σ_{i∈c} (h_i − r) the class sums about a reference r (the first batch
 keep the subtraction below well conditioned). A class is folded into B as soon as its
 n_c rows are seen, so only the sums of the classes still open are held (a class of one
 row is never stored): at most one per class of two rows or more, kept in blocks that are
-allocated as classes open and dropped as they close. Then
+allocated as classes open and dropped as they close. The blocks of each layer and norm
+beyond its share of ``host_bytes`` (``execution.fuzziness_host_gb``; the first slots,
+taken by the classes that open first, the frequent ones) are regions of a float64 file on
+the scratch disk, memory-mapped (``OpenSums``): read and added to by the same float64
+operations, so D is the same to the bit, with at most ``host_bytes`` of sums in host
+memory (the kernel pages the file in and out). Then
 N·SS_b = B − N (μ − r)(μ − r)ᵀ and SS_w = S_T − SS_b with S_T the total scatter. SS_b⁺
 drops eigenvalues below ``cutoff`` × the largest (SS_b has rank at most C − 1).
 """
 
 from __future__ import annotations
 
-import math
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +41,12 @@ import polars as pl
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.equilearning.costs import (
+    SUM_BYTES,
+    blocks_in_memory,
+    slots_in_memory,
+    sums_per_block,
+)
 from layerlaws.equilearning.regression import DEFAULT_CUTOFF, Moments
 from layerlaws.equilearning.settings import FuzzinessSettings
 from layerlaws.equilearning.statistics import OUTPUT, normalized, target_ids
@@ -49,8 +60,6 @@ FUZZINESS_SCHEMA = {
     "n_classes": pl.Int64,
     "n_rows": pl.Int64,
 }
-MAX_BLOCKS = 64
-"""The open class sums of a layer and norm are held in at most this many blocks."""
 
 
 @dataclass(frozen=True)
@@ -183,15 +192,55 @@ class ClassSlots:
         return bool((self.seen == self.sizes).all())
 
 
+def spill_file(rows: int, width: int) -> np.memmap:
+    """A (rows, width) float64 array of zeros in a file of the system's temporary folder
+    (``TMPDIR``; a disk, not a RAM disk), memory-mapped: the file is unlinked as it is made,
+    so its disk is freed when the array is, or when the process ends, however it ends."""
+    with tempfile.TemporaryFile(prefix="layerlaws-open-sums-") as handle:
+        handle.truncate(rows * width * SUM_BYTES)  # sparse: zeros that take no disk yet
+        return np.memmap(handle, dtype=np.float64, mode="r+", shape=(rows, width))
+
+
 class OpenSums:
     """The sums (about the reference) of the open classes of one layer and norm, float64
     on the CPU: blocks of ``block`` slots, at most ``n_slots`` in all, held only up to
-    the last occupied slot."""
+    the last occupied slot; the first ``in_memory`` blocks in host memory (those within
+    the first ``held`` sums; None: all), the others in a ``spill_file`` that the kernel
+    pages in and out as they are read and added to, with the same float64 arithmetic.
 
-    def __init__(self, n_slots: int, width: int) -> None:
+    A block is dropped only when none of its slots is occupied, and a slot is zeroed when
+    its class closes, so a dropped block is zero: a spilled block grown again is the same
+    region of the file, zero without being written."""
+
+    def __init__(self, n_slots: int, width: int, held: int | None = None) -> None:
         self.n_slots, self.width = n_slots, width
-        self.block = max(1, math.ceil(n_slots / MAX_BLOCKS))
+        self.block = sums_per_block(n_slots)
+        self.in_memory = blocks_in_memory(n_slots, held)
         self.blocks: list[torch.Tensor] = []
+        self._spill: np.memmap | None = None
+
+    def _rows(self, block: int) -> int:
+        return min(self.block, self.n_slots - block * self.block)
+
+    def _spilled(self, block: int) -> torch.Tensor:
+        """Block ``block`` (beyond those in memory): its region of the spill file."""
+        if self._spill is None:
+            self._spill = spill_file(self.n_slots - self.in_memory * self.block, self.width)
+        start = (block - self.in_memory) * self.block
+        return torch.from_numpy(self._spill[start : start + self._rows(block)])
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a progress save) with every block's sums, the spill file's read
+        through its mapping; not the mapping itself."""
+        return {**self.__dict__, "_spill": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restored with the blocks beyond ``in_memory`` copied into a new spill file one
+        at a time (from a save loaded memory-mapped, ``ProgressSaves.load``, they never
+        all reach host memory)."""
+        self.__dict__.update(state)
+        for block in range(self.in_memory, len(self.blocks)):
+            self.blocks[block] = self._spilled(block).copy_(self.blocks[block])
 
     def blocks_for(self, occupied: np.ndarray) -> int:
         """Blocks holding every occupied slot."""
@@ -201,9 +250,9 @@ class OpenSums:
     def new_blocks(self, count: int) -> list[torch.Tensor]:
         """Zero blocks beyond the held ones, up to ``count`` blocks."""
         return [
-            torch.zeros(
-                min(self.block, self.n_slots - b * self.block), self.width, dtype=torch.float64
-            )
+            torch.zeros(self._rows(b), self.width, dtype=torch.float64)
+            if b < self.in_memory
+            else self._spilled(b)
             for b in range(len(self.blocks), count)
         ]
 
@@ -243,6 +292,11 @@ class OpenSums:
         """Class sums held."""
         return sum(len(block) for block in self.blocks)
 
+    @property
+    def spilled(self) -> int:
+        """Class sums held in the spill file."""
+        return sum(len(block) for block in self.blocks[self.in_memory :])
+
 
 class SeparationFuzziness:
     """An observer of ``run_forward_pass``: the statistics of separation fuzziness of
@@ -256,6 +310,7 @@ class SeparationFuzziness:
         norms: Sequence[str],
         classes: FuzzinessClasses,
         target_offset: int = 1,
+        host_bytes: int | None = None,
     ) -> None:
         if len(classes) < 2:
             raise LayerlawsError(
@@ -265,6 +320,9 @@ class SeparationFuzziness:
             )
         self.facts, self.norms, self.target_offset = facts, list(norms), target_offset
         self.classes = classes
+        self.host_bytes = host_bytes
+        """``host_bytes``: host memory of the open class sums, all layers and norms (None:
+        no limit); beyond it they are spilled to the scratch disk (``OpenSums``)."""
         self.total: dict[tuple[int, str], Moments] = {}
         self.folded: dict[tuple[int, str], torch.Tensor] = {}
         """(layer, norm) → B = Σ_c t_c t_cᵀ / n_c over the closed classes, (p, p) float64 CPU."""
@@ -293,14 +351,17 @@ class SeparationFuzziness:
 
     def _store(self, layer: int, width: int, device: torch.device) -> None:
         """Empty statistics of ``layer``, if it has none yet: moments on ``device``, the
-        folded matrices and open sums on the CPU."""
+        folded matrices and open sums on the CPU (an equal share of ``host_bytes`` for
+        each layer and norm)."""
         if layer in self.slots:
             return
         self.slots[layer] = ClassSlots(self.classes)
+        layer_norms = self.facts.num_layers * len(self.norms) + 1
+        held = slots_in_memory(self.host_bytes, width, layer_norms)
         for norm in self._norms_of(layer):
             self.total[layer, norm] = Moments.empty(width, device)
             self.folded[layer, norm] = torch.zeros(width, width, dtype=torch.float64)
-            self.open[layer, norm] = OpenSums(self.classes.n_open_at_most, width)
+            self.open[layer, norm] = OpenSums(self.classes.n_open_at_most, width, held)
 
     def _prepare(
         self, key: tuple[int, str], transformed: torch.Tensor, plan: BatchPlan, local: torch.Tensor
@@ -424,6 +485,11 @@ class SeparationFuzziness:
     def held_sums(self) -> int:
         """Class sums held now, over every layer and norm."""
         return sum(sums.held for sums in self.open.values())
+
+    @property
+    def spilled_sums(self) -> int:
+        """Of ``held_sums``, those in spill files."""
+        return sum(sums.spilled for sums in self.open.values())
 
     def table(self, cutoff: float = DEFAULT_CUTOFF) -> pl.DataFrame:
         """``layer`` (0…L), ``norm``, ``fuzziness``, ``n_classes``, ``n_rows``; layer L

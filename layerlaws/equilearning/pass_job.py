@@ -24,8 +24,9 @@ from layerlaws.models.facts import read_facts
 from layerlaws.models.loading import claimed_model, load_tokenizer
 
 
-def prepared_pass(inputs: Any, params: Any) -> EquilearningPass:
-    """The pass of the rule's named ``inputs`` (tokens, model) and ``params``."""
+def prepared_pass(inputs: Any, params: Any, fuzziness_host_gb: float) -> EquilearningPass:
+    """The pass of the rule's named ``inputs`` (tokens, model) and ``params``, holding
+    ``fuzziness_host_gb`` GiB of open class sums in host memory at most."""
     tokenizer = load_tokenizer(inputs.model)
     pass_ = EquilearningPass.prepare(
         pl.read_parquet(inputs.tokens),
@@ -38,6 +39,7 @@ def prepared_pass(inputs: Any, params: Any) -> EquilearningPass:
             ObserverSpec.from_params(entry, f"observers[{i}]")
             for i, entry in enumerate(params.observers)
         ],
+        int(fuzziness_host_gb * 2**30),
     )
     if not pass_.observers.evaluated:
         logging.getLogger("layerlaws").warning(
@@ -53,7 +55,7 @@ def run_pass_job(job: Any, execution: Any) -> None:
     params, wildcards, threads and resources) under the config's ``execution`` settings
     (``layerlaws.pipeline.execution.Execution``)."""
     inputs, output, params = job.input, job.output, job.params
-    pass_ = prepared_pass(inputs, params)
+    pass_ = prepared_pass(inputs, params, execution.fuzziness_host_gb)
     sharded = ShardedJob.of(params.get("shards", 1), job.wildcards, inputs)
 
     def measure(indices, saves):

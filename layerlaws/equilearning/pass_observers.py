@@ -58,10 +58,12 @@ class PassObservers:
         settings: EquilearningSettings,
         probe: str,
         named: Sequence[ObserverSpec] = (),
+        fuzziness_host_bytes: int | None = None,
     ) -> PassObservers:
         """Observers of a pass over ``tokens`` (a probed tokens table,
         ``layerlaws.forward.masking.probe_tokens``) under ``probe``, with the ``named``
-        observers."""
+        observers; the separation fuzziness's open class sums beyond
+        ``fuzziness_host_bytes`` of host memory on the scratch disk (None: none)."""
         target_offset = TARGET_OFFSETS[probe]
         present = present_ids(tokens, settings.offsets) if settings.shuffle == "present" else None
         statistics = EquilearningStatistics(
@@ -87,7 +89,9 @@ class PassObservers:
         views = settings.token_views
         return cls(
             statistics,
-            SeparationFuzziness(facts, settings.norms, classes, target_offset),
+            SeparationFuzziness(
+                facts, settings.norms, classes, target_offset, fuzziness_host_bytes
+            ),
             TokenViews(
                 facts,
                 ViewedRows.choose(tokens, word_token_ids(views.groups, tokenizer), views.max_rows),

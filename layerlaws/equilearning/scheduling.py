@@ -59,7 +59,8 @@ def pass_needs(
     regresses (``ModelSize.running``: under ``equilearning.encoder_decoder: one_stack`` the
     encoder alone under next-token probing, the decoder's layers of the whole model under
     span corruption); with what its named observers declare (``equilearning.observers``)
-    for texts of ``longest`` tokens."""
+    for texts of ``longest`` tokens; the fuzziness's open class sums in host memory up to
+    ``execution.fuzziness_host_gb``, the rest on the scratch disk."""
     settings = planner.config["equilearning"]
     sharding = planner.expanded.equilearning_sharding
     entry = planner.model(model)
@@ -77,6 +78,7 @@ def pass_needs(
         gpus=entry["gpus"],
         gpu_memory_gb=planner.execution.gpu_memory_gb,
         fuzziness_open_classes=open_classes(planner, size, tokens, tokens_path),
+        fuzziness_host_bytes=int(planner.execution.fuzziness_host_gb * 2**30),
         statistics_written=sharding.split,
         quantization=stage_quantization(entry, "passes"),
     )
@@ -112,7 +114,7 @@ def _pass_job_needs(planner: Any, wildcards: Any, input: Any) -> Needs:
     needs = _shard_needs(planner, wildcards, input)
     if not planner.expanded.equilearning_sharding.split:
         return needs
-    return planner.merge_needs(3 * needs.disk_mb, needs.disk_mb)
+    return planner.merge_needs(3 * needs.outputs_mb, needs.outputs_mb)
 
 
 def _hidden_job_needs(planner: Any, wildcards: Any, input: Any) -> Needs:

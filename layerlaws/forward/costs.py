@@ -32,6 +32,8 @@ FLOPS_PER_SECOND = {"gpu": 5e13, "cpu": 5e10}
 """Assumed sustained throughput of a forward pass (float64 statistics run at a tenth)."""
 LOAD_BYTES_PER_SECOND = 2e8
 """Assumed speed of reading weights from disk."""
+SCRATCH_BYTES_PER_SECOND = 2e9
+"""Assumed speed of a job's local scratch disk (an NVMe drive), each way."""
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +120,16 @@ class Needs:
     mem_mb: int
     """Host memory, MiB."""
     disk_mb: int
-    """Disk for the job's outputs, MiB."""
+    """Disk for the job's outputs and its scratch files, MiB."""
     runtime: int
     """Minutes."""
+    scratch_mb: int = 0
+    """Of ``disk_mb``, the local scratch disk the job uses while it runs and frees, MiB."""
+
+    @property
+    def outputs_mb(self) -> int:
+        """Disk of the job's outputs, MiB."""
+        return self.disk_mb - self.scratch_mb
 
 
 def weights_bytes(size: ModelSize, dtype: str, quantization: str = "none") -> int:
@@ -159,13 +168,15 @@ def model_pass_needs(
     host_bytes: int = 0,
     flops_per_token: float = 0.0,
     output_bytes: int = 0,
+    scratch_bytes: int = 0,
     quantization: str = "none",
 ) -> Needs:
     """Needs of a job that runs a model (in ``dtype``, its weights under ``quantization``)
     over ``n_tokens`` tokens in batches of about
     ``batch_tokens``, holding ``device_bytes`` more beside it (statistics) and
     ``host_bytes`` in host memory wherever it runs, doing ``flops_per_token`` of float64
-    work beside the forward pass, writing ``output_bytes``.
+    work beside the forward pass, writing ``output_bytes`` and keeping ``scratch_bytes``
+    on its local scratch disk while it runs (written and read back once, at least).
 
     On a GPU, ``gpus`` (a number, or ``auto``: as many GPUs of ``gpu_memory_gb`` as the
     weights, the working memory and ``device_bytes`` need) share the device memory and
@@ -186,13 +197,14 @@ def model_pass_needs(
         host = HOST_BASE_MB * MIB + device_total + host_bytes
         seconds = forward_flops / FLOPS_PER_SECOND["cpu"]
         seconds += flops_per_token * n_tokens / (FLOPS_PER_SECOND["cpu"] / 10)
-    seconds += weights / LOAD_BYTES_PER_SECOND
+    seconds += weights / LOAD_BYTES_PER_SECOND + 2 * scratch_bytes / SCRATCH_BYTES_PER_SECOND
     return Needs(
         gpu=count,
         gpu_mb=gpu_mb,
         mem_mb=math.ceil(host / MIB),
-        disk_mb=max(1, math.ceil(output_bytes / MIB)),
+        disk_mb=max(1, math.ceil(output_bytes / MIB)) + math.ceil(scratch_bytes / MIB),
         runtime=max(10, math.ceil(2 * seconds / 60) + 5),
+        scratch_mb=math.ceil(scratch_bytes / MIB),
     )
 
 

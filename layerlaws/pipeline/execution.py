@@ -28,6 +28,7 @@ class Execution:
     shard_texts: int
     duckdb_memory_mb: int
     gpu_memory_gb: float
+    fuzziness_host_gb: float
     checkpoint_minutes: float
     partition_runtime_limits: Mapping[str, int]
     gpu_partition: str | None

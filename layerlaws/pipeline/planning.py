@@ -237,17 +237,24 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{row['job']:18s} {row['model']:26s} {row['data']:14s} "
             f"{row['parameters'] / 1e9:7.2f}B {tokens:>12s} {gpus:>11s} "
-            f"{row['mem_mb'] / 1024:9.1f} {_size(row['disk_mb'] * 2**20):>9s} "
+            f"{row['mem_mb'] / 1024:9.1f} {_size(_outputs_mb(row) * 2**20):>9s} "
             f"{row['runtime']:8d} {_size(row['cache_bytes_float32']):>10s}"
         )
-    outputs = sum(row["disk_mb"] for row in rows) * 2**20
+    outputs = sum(_outputs_mb(row) for row in rows) * 2**20
+    scratch = max((row["scratch_mb"] for row in rows), default=0) * 2**20
     cache = sum(row["cache_bytes_float32"] for row in rows)
     lines.append(
-        f"total outputs of these jobs: {_size(outputs)}; a float32 cache of every layer's "
+        f"total outputs of these jobs: {_size(outputs)} (scratch disk while a job runs: "
+        f"{_size(scratch)} at most); a float32 cache of every layer's "
         f"states would take {_size(cache)}; models sized by: "
         + ", ".join(sorted({f"{row['model']}: {row['sized_by']}" for row in rows}))
     )
     return "\n".join(lines)
+
+
+def _outputs_mb(row: dict[str, Any]) -> int:
+    """Disk of a plan row's outputs, MiB: its disk claim less its scratch files."""
+    return row["disk_mb"] - row["scratch_mb"]
 
 
 def gpu_hours_line(rows: list[dict[str, Any]], gpus: int) -> str:

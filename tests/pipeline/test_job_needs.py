@@ -19,13 +19,15 @@ from layerlaws.equilearning.costs import (
     class_sums_bytes,
     equilearning_pass_needs,
     fuzziness_bytes,
+    slots_in_memory,
+    spilled_sums_bytes,
     statistics_bytes,
 )
 from layerlaws.equilearning.fuzziness import SeparationFuzziness, counted_classes
 from layerlaws.equilearning.scheduling import repeated_tokens
 from layerlaws.equilearning.settings import FuzzinessSettings
 from layerlaws.equilearning.statistics import EquilearningStatistics
-from layerlaws.forward.costs import HOST_BASE_MB, ModelSize
+from layerlaws.forward.costs import HOST_BASE_MB, SCRATCH_BYTES_PER_SECOND, ModelSize
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
@@ -94,6 +96,43 @@ def test_the_pass_of_a_13b_model_needs_what_hand_arithmetic_says(llama_13b, gpus
     assert needs.disk_mb == 1 and needs.runtime >= 10
 
 
+def test_a_pass_plans_its_class_sums_beyond_the_host_budget_as_scratch_disk(llama_13b):
+    """A 13B Llama's pass with every one of its 32,000 next tokens open, 24 GiB of host
+    memory for their sums: the host holds 24 GiB of them at most, 5,120-wide float64 sums
+    an equal number per layer and norm; the rest, and at most a block (500 sums) more, is
+    scratch disk, written and read once; the job's host memory within 64 GiB."""
+    size = config_size(llama_13b)
+    common = {
+        "size": size,
+        "dtype": "bfloat16",
+        "n_tokens": 200 * 512,
+        "batch_tokens": 8 * 512,
+        "offsets": OFFSETS,
+        "norms": NORMS,
+        "controls": CONTROLS,
+        "on_gpu": True,
+        "gpus": 4,
+        "gpu_memory_gb": 80,
+        "fuzziness_open_classes": 32000,
+    }
+    budget = 24 * 2**30
+    whole = equilearning_pass_needs(**common)
+    needs = equilearning_pass_needs(**common, fuzziness_host_bytes=budget)
+    held = budget // (121 * 5120 * 8)
+    assert held == slots_in_memory(budget, 5120, 121) == 5199
+    assert held * 121 * 5120 * 8 <= budget
+    in_memory = class_sums_bytes(size, NORMS, held)
+    assert needs.mem_mb == math.ceil((HOST_BASE_MB * 2**20 + 5 * 2**30 + in_memory) / 2**20)
+    assert needs.mem_mb <= 64 * 1024 < whole.mem_mb
+    scratch = 121 * (32000 - 5199 + 500 - 1) * 5120 * 8
+    assert scratch == spilled_sums_bytes(size, NORMS, 32000, held)
+    assert needs.scratch_mb == math.ceil(scratch / 2**20) and whole.scratch_mb == 0
+    assert needs.disk_mb == 1 + needs.scratch_mb and needs.outputs_mb == 1
+    io_minutes = 2 * (2 * scratch / SCRATCH_BYTES_PER_SECOND) / 60
+    assert needs.runtime - whole.runtime == pytest.approx(io_minutes, abs=1)
+    assert (needs.gpu, needs.gpu_mb) == (whole.gpu, whole.gpu_mb)
+
+
 def test_the_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_path):
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
     sentences = pl.DataFrame({"sentence_id": range(20), "text": texts[:20], "source": "t"})
@@ -109,20 +148,26 @@ def test_the_statistics_hold_what_the_estimate_says(llama_folder, texts, tmp_pat
     assert held == statistics_bytes(size, OFFSETS, NORMS, CONTROLS)
 
 
-@pytest.mark.parametrize("classes_setting", ["all", "frequent"])
+@pytest.mark.parametrize(
+    ("classes_setting", "sums_per_layer_norm"), [("all", None), ("frequent", None), ("all", 2)]
+)
 def test_the_fuzziness_statistics_hold_what_the_estimate_says(
-    llama_folder, texts, tmp_path, classes_setting
+    llama_folder, texts, tmp_path, classes_setting, sums_per_layer_norm
 ):
     """The co-moments hold ``fuzziness_bytes``; the CPU statistics (open class sums,
     folded matrices, references) at no time more than ``class_sums_bytes`` of the classes
-    of two rows or more, which the planner's count of the tokens table bounds, and once
+    of two rows or more, which the planner's count of the tokens table bounds, or, with
+    host memory for ``sums_per_layer_norm`` open sums per layer and norm, of those, the
+    others at no time more than the planner's scratch disk (``spilled_sums_bytes``); once
     the pass is over, no class sums."""
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, tmp_path / "m")
     sentences = pl.DataFrame({"sentence_id": range(20), "text": texts[:20], "source": "t"})
     tokens = tokenize_sentences(sentences, load_tokenizer(tmp_path / "m"), max_tokens=20)
     settings = FuzzinessSettings(classes=classes_setting, min_rows=3, max_classes=50)
     classes = counted_classes(tokens, settings)
-    observer = SeparationFuzziness(facts, NORMS, classes)
+    layer_norms = facts.num_layers * len(NORMS) + 1
+    budget = sums_per_layer_norm and sums_per_layer_norm * layer_norms * facts.hidden_size * 8
+    observer = SeparationFuzziness(facts, NORMS, classes, host_bytes=budget)
     watched = HostWatch(observer)
     model = load_model(tmp_path / "m", "float32", "cpu")
     run_forward_pass(model, facts, tokens, [watched], 8, "cpu", progress=False)
@@ -131,19 +176,29 @@ def test_the_fuzziness_statistics_hold_what_the_estimate_says(
     assert held == fuzziness_bytes(size, NORMS)
     assert watched.devices == {"cpu"}
     open_classes = classes.n_open_at_most
+    held = slots_in_memory(budget, facts.hidden_size, layer_norms)
     assert class_sums_bytes(size, NORMS, 0) < watched.peak
-    assert watched.peak <= class_sums_bytes(size, NORMS, open_classes)
+    assert watched.peak <= class_sums_bytes(size, NORMS, min(open_classes, held or open_classes))
     assert observer.held_sums == 0
     assert host_bytes(observer) == class_sums_bytes(size, NORMS, 0)
     tokens.write_parquet(tmp_path / "tokens.parquet")
-    assert open_classes <= repeated_tokens(tmp_path / "tokens.parquet")
+    planned = repeated_tokens(tmp_path / "tokens.parquet")
+    assert open_classes <= planned
+    assert watched.spilled_peak <= spilled_sums_bytes(size, NORMS, planned, held)
+    assert (watched.spilled_peak > 0) == (budget is not None)
 
 
 def cpu_tensors(observer: SeparationFuzziness) -> list[torch.Tensor]:
-    """The separation fuzziness's host statistics: open class sums, folded matrices,
-    references."""
-    blocks = [block for sums in observer.open.values() for block in sums.blocks]
+    """The separation fuzziness's host statistics: open class sums (not those spilled to
+    disk), folded matrices, references."""
+    blocks = [block for sums in observer.open.values() for block in sums.blocks[: sums.in_memory]]
     return [*blocks, *observer.folded.values(), *observer.reference.values()]
+
+
+def spilled_bytes(observer: SeparationFuzziness) -> int:
+    """Open class sums held in spill files."""
+    blocks = [block for sums in observer.open.values() for block in sums.blocks[sums.in_memory :]]
+    return sum(block.nbytes for block in blocks)
 
 
 def host_bytes(observer: SeparationFuzziness) -> int:
@@ -152,10 +207,12 @@ def host_bytes(observer: SeparationFuzziness) -> int:
 
 class HostWatch:
     """An observer passing everything to a SeparationFuzziness, recording the most host
-    memory its statistics held after any layer, and their devices."""
+    memory its statistics held after any layer, the most of its spill files, and their
+    devices."""
 
     def __init__(self, observer: SeparationFuzziness) -> None:
         self.observer, self.peak, self.devices = observer, 0, set()
+        self.spilled_peak = 0
 
     def begin_batch(self, batch) -> None:
         self.observer.begin_batch(batch)
@@ -163,6 +220,7 @@ class HostWatch:
     def observe(self, layer: int, states: torch.Tensor) -> None:
         self.observer.observe(layer, states)
         self.peak = max(self.peak, host_bytes(self.observer))
+        self.spilled_peak = max(self.spilled_peak, spilled_bytes(self.observer))
         self.devices |= {tensor.device.type for tensor in cpu_tensors(self.observer)}
 
 
@@ -246,6 +304,7 @@ def alone(config: dict, size: ModelSize, dataset: str, on_gpu: bool = True):
         gpus="auto",
         gpu_memory_gb=config["execution"]["gpu_memory_gb"],
         fuzziness_open_classes=min(tokens // 2, size.vocab_size),
+        fuzziness_host_bytes=int(config["execution"]["fuzziness_host_gb"] * 2**30),
     )
 
 
@@ -319,3 +378,17 @@ def test_t5_11b_next_token_pass_plans_the_encoder_on_one_gpu_of_48_gb(tmp_path):
         planner = JobPlanner.from_config(changed, Layout(str(tmp_path)))
         for model, dataset in (next_token, span):
             assert pass_needs(planner, model, dataset) == alone(config, whole, dataset)
+
+
+def test_every_pass_of_the_paper_config_is_planned_within_64_gib_of_host_memory(tmp_path):
+    """Before anything is tokenised (the open classes bounded by the vocabulary), every
+    equi-learning pass of configs/paper.yaml plans at most 64 GiB of host memory (a GPU
+    node's share per job), those whose open class sums do not fit planning them as
+    scratch disk, outside their outputs."""
+    rows = JobPlanner.from_config(paper_config(), Layout(str(tmp_path))).plan()
+    passes = [row for row in rows if row["job"] == "equilearning_pass"]
+    assert len(passes) > 100
+    assert max(row["mem_mb"] for row in passes) <= 64 * 1024
+    spilling = [row for row in passes if row["scratch_mb"] > 0]
+    assert any(row["model"] == "llama3-8b" and row["data"] == "bookcorpus" for row in spilling)
+    assert all(row["disk_mb"] - row["scratch_mb"] == 1 for row in spilling)

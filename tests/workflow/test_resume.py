@@ -29,13 +29,15 @@ def test_killed_model_passes_resume_to_the_uninterrupted_outputs(finished, base_
     """The tiny Llama's pass in two shards (``equilearning.shards: 2``) and its
     ``extract_hidden`` job, each killed after its first save, resumed, the shards merged:
     the kept states bit for bit, the pass's tables within float32 rounding of the states
-    (a text's states depend on the batch it is padded in); the plug-in's table equal to
+    (a text's states depend on the batch it is padded in), the fuzziness's class sums all
+    in spill files (``execution.fuzziness_host_gb: 0``); the plug-in's table equal to
     its own reference, the mean of |x|² of every layer's kept states. (The one-job pass's
     resume is tested through SLURM's requeue, ``tests/workflow/test_slurm.py``.)"""
     workdir = tmp_path / "killed"
     shutil.copytree(finished, workdir, symlinks=True)
     # Saves after every batch (40 texts in batches of 8: five); the batches as finished ran.
-    execution = {**base_config["execution"], "checkpoint_minutes": 0}
+    # Host memory for no open fuzziness class sum: every one in a spill file.
+    execution = {**base_config["execution"], "checkpoint_minutes": 0, "fuzziness_host_gb": 0}
     write_example(workdir)
     plugin = {"name": "mean_norm", "class": f"{EXAMPLE}:MeanNorm", "settings": {"power": 2}}
     equilearning = {**base_config["equilearning"], "shards": 2, "observers": [plugin]}
