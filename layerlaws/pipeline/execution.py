@@ -28,6 +28,7 @@ class Execution:
     shard_texts: int
     duckdb_memory_mb: int
     gpu_memory_gb: float
+    gpus_per_node: int
     checkpoint_minutes: float
     partition_runtime_limits: Mapping[str, int]
     gpu_partition: str | None
