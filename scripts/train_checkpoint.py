@@ -34,7 +34,6 @@ def main() -> None:
             threads=max(1, snakemake.threads // processes),
             devices=claim.device if processes == 1 else f"{processes} × {claim.describe()}",
             on_gpu=bool(claim.gpu_ids),
-            log=snakemake.log[0],
         )
         if processes == 1:
             run_segment(job, claim.device)

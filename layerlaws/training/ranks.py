@@ -39,14 +39,11 @@ class Ranks:
     def wrap(self, model: torch.nn.Module, device: str) -> torch.nn.Module:
         """What the forward and backward passes run through: ``model`` itself on one
         process; else DistributedDataParallel over it (the gradients averaged over the
-        ranks in the backward pass; no buffers broadcast, as the models' buffers are
-        constants: RoPE frequencies, position ids)."""
+        ranks in the backward pass)."""
         if self.size == 1:
             return model
         devices = [torch.device(device).index] if device.startswith("cuda") else None
-        return torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=devices, broadcast_buffers=False
-        )
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=devices)
 
     def holding_gradients(self, wrapped: torch.nn.Module, last: bool) -> Any:
         """The context of a backward pass that is not the ``last`` of a step: the

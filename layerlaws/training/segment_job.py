@@ -26,7 +26,7 @@ import torch
 
 from layerlaws.core.atomic import write_json
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.core.logs import LOG_FORMAT, run_logged
+from layerlaws.core.logs import run_logged
 from layerlaws.models.loading import load_tokenizer
 from layerlaws.training.plan import TrainingSpec
 from layerlaws.training.ranks import Ranks
@@ -58,8 +58,6 @@ class SegmentJob:
     """The devices, as the record names them (``cpu``, ``cuda:0``, ``2 × cpu``…)."""
     on_gpu: bool = False
     """Whether the processes run on GPUs (NCCL between them) or on the CPU (gloo)."""
-    log: str | None = None
-    """The job's log, which rank 0 of N processes appends to."""
 
 
 def run_segment(job: SegmentJob, device: str) -> None:
@@ -95,8 +93,9 @@ def run_segment(job: SegmentJob, device: str) -> None:
 
 def launch(job: SegmentJob, processes: int, gpu_ids: tuple[str, ...]) -> None:
     """Run ``job`` in ``processes`` data-parallel processes started by torchrun on this
-    machine, one on each of the claimed ``gpu_ids`` (none: on the CPU, gloo); their output
-    goes to this process's. A LayerlawsError when one of them fails."""
+    machine, one on each of the claimed ``gpu_ids`` (none: on the CPU, gloo); each line of
+    their output (their logs, a failing one's traceback) is logged here, in the job's log.
+    A LayerlawsError when one of them fails."""
     command = [
         sys.executable,
         "-m",
@@ -111,28 +110,28 @@ def launch(job: SegmentJob, processes: int, gpu_ids: tuple[str, ...]) -> None:
     if gpu_ids:
         environment["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
     log.info("starting %d training processes: %s", processes, " ".join(command[:7]))
-    finished = subprocess.run(command, env=environment, check=False)
-    if finished.returncode:
+    with subprocess.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as started:
+        for line in started.stdout:
+            log.info("| %s", line.rstrip())
+    if started.returncode:
         raise LayerlawsError(
             f"the {processes} processes of the training segment up to step {job.end} failed "
-            f"(torchrun's exit status {finished.returncode}); each process's error is above "
-            f"in this job's output"
+            f"(torchrun's exit status {started.returncode}); each process's error is above "
+            f"in this job's log"
         )
 
 
 def _rank_main(job: SegmentJob) -> None:
     """One rank under torchrun: its process group (NCCL on its GPU, gloo on the CPU), then
-    the segment; rank 0 logs into the job's log too."""
+    the segment."""
     local = int(os.environ["LOCAL_RANK"])
     device = f"cuda:{local}" if job.on_gpu else "cpu"
     if job.on_gpu:
         torch.cuda.set_device(local)
     torch.distributed.init_process_group("nccl" if job.on_gpu else "gloo")
     try:
-        if torch.distributed.get_rank() == 0 and job.log:
-            handler = logging.FileHandler(job.log, mode="a")
-            handler.setFormatter(logging.Formatter(LOG_FORMAT))
-            logging.getLogger().addHandler(handler)
         run_segment(job, device)
     finally:
         torch.distributed.destroy_process_group()

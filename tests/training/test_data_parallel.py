@@ -14,11 +14,14 @@ import torch
 from conftest import TINY_TRAINING
 from numpy.testing import assert_allclose
 from safetensors.numpy import load_file
+from snakemake_runs import run_ok, write_config
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.loading import load_tokenizer
 from layerlaws.training.parallel import check_split, chosen_gpus, rank_rows
-from layerlaws.training.plan import checkpoint_folder
+from layerlaws.training.plan import TrainingSpec, checkpoint_folder
 from layerlaws.training.segment_job import SegmentJob, launch, run_segment
+from layerlaws.training.train import model_config, train
 from layerlaws.training.workflow import check_trainings
 
 # Steps 0-2 and 2-4 as two segments (a resume point at 2); every run passes at most 2
@@ -153,3 +156,43 @@ def test_auto_spreads_a_training_over_the_largest_divisor_of_its_batch() -> None
     assert chosen_gpus("auto", 12, available=8, per_node=8) == 6
     assert chosen_gpus("auto", 16, available=1, per_node=8) == 1
     assert chosen_gpus(3, 16, available=8, per_node=8) == 3
+
+
+def test_a_segment_of_two_processes_through_snakemake(
+    llama_folder, corpus_file, tmp_path, one_thread
+) -> None:
+    """A training of ``gpus: 2`` under ``execution.device: cpu``: its segment's job runs 2
+    gloo processes and ends with the weights of one ``train`` call on the same packed
+    tokens."""
+    files = {"kind": "files", "paths": [str(corpus_file)]}
+    settings = {**SETTINGS, "checkpoints": [4], "segment_steps": None}
+    config = {
+        "models": {"tiny-llama": {"source": {"kind": "local", "path": str(llama_folder)}}},
+        "datasets": {"rest": {"source": files, "n_samples": "all"}},
+        "training": {"tiny": settings | {"tokenizer": "tiny-llama", "dataset": "rest", "gpus": 2}},
+        "execution": {"device": "cpu", "lock_dir": str(tmp_path / "locks")},
+    }
+    workdir = tmp_path / "workflow"
+    write_config(workdir, config)
+    run_ok(workdir, "results/training/tiny/reached/step4.json")
+    training = workdir / "results/training/tiny"
+    record = json.loads((training / "reached/step4.json").read_text())
+    assert record["device"] == "2 × cpu" and record["resumed_from_step"] is None
+    lines = (workdir / "results/logs/train_checkpoint/tiny/4.log").read_text().splitlines()
+    assert any("| " in line and "step 4/4: training loss" in line for line in lines), lines
+    assert "used" in lines[-1] and "| " not in lines[-1]  # the job's own last line
+    torch.set_num_threads(1)
+    spec = TrainingSpec.of(settings)
+    tokenizer = load_tokenizer(workdir / "results/models/tiny-llama")
+    train(
+        spec,
+        model_config(spec, tokenizer),
+        tokenizer,
+        np.load(training / "sequences.npy"),
+        held_out=None,
+        folder=tmp_path / "one",
+        device="cpu",
+    )
+    one = load_file(str(checkpoint_folder(tmp_path / "one", STEPS) / "model.safetensors"))
+    two = load_file(str(checkpoint_folder(training / "checkpoints", STEPS) / "model.safetensors"))
+    assert_same(two, one, STEPS)
