@@ -53,6 +53,8 @@ rule train_checkpoint:
     threads: MODEL_THREADS
     resources:
         **needs("train_checkpoint"),
+        # its GPUs on one node (SLURM's --nodes=1 beside --gpus=N)
+        nodes=1,
     params:
         training=on.training_settings(config),
         checkpoint_folder=lambda wildcards: LAYOUT.checkpoints(wildcards.training),
