@@ -265,8 +265,9 @@ def train(
     Under ``torchrun`` (an initialised process group, ``Ranks.of_group``) the run is one
     rank of a data-parallel training: every rank reads its slice of each step's batch
     (``parallel.rank_rows``) and takes the same update; rank 0 alone finds the resume
-    point, evaluates, logs and saves, in the same format, so a run of N processes resumes
-    from a run of one and back."""
+    point, evaluates (in passes of a rank's size, so its held-out loss may differ from one
+    process's by float rounding), logs and saves, in the same format, so a run of N
+    processes resumes from a run of one and back."""
     ranks = Ranks.of_group()
     stop = spec.steps if until is None else until
     if stop not in segment_ends(spec):
@@ -306,9 +307,11 @@ def train(
     previous = resume
 
     def evaluate() -> float | None:
+        # in passes no larger than a rank's, in the GPU memory planned for them
         if evaluation is None or not ranks.first:
             return None
-        return held_out_loss(model, evaluation, spec.micro_batch_size, device)
+        passes = min(spec.micro_batch_size, spec.batch_size // ranks.size)
+        return held_out_loss(model, evaluation, passes, device)
 
     def checkpoint(step: int, held: float | None) -> None:
         nonlocal previous
