@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,12 @@ from layerlaws.training.segments import segment_record
 from layerlaws.training.train import model_config, train
 
 log = logging.getLogger(__name__)
+
+PROCESS_GROUP_TIMEOUT = timedelta(hours=2)
+"""How long a rank waits for the others at a collective step: the other ranks wait while
+rank 0 alone hashes the corpus for the run's fingerprint (a whole Pile subset is hundreds
+of GB on disk), evaluates and saves; torch's default (10 to 30 minutes) could end the
+training while rank 0 is still reading."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,9 @@ def _rank_main(job: SegmentJob) -> None:
     device = f"cuda:{local}" if job.on_gpu else "cpu"
     if job.on_gpu:
         torch.cuda.set_device(local)
-    torch.distributed.init_process_group("nccl" if job.on_gpu else "gloo")
+    torch.distributed.init_process_group(
+        "nccl" if job.on_gpu else "gloo", timeout=PROCESS_GROUP_TIMEOUT
+    )
     try:
         run_segment(job, device)
     finally:
