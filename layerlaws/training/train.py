@@ -310,7 +310,9 @@ def train(
         # in passes no larger than a rank's, in the GPU memory planned for them
         if evaluation is None or not ranks.first:
             return None
-        passes = min(spec.micro_batch_size, spec.batch_size // ranks.size)
+        passes = spec.micro_batch_size
+        if ranks.size > 1:
+            passes = min(passes, spec.batch_size // ranks.size)
         return held_out_loss(model, evaluation, passes, device)
 
     def checkpoint(step: int, held: float | None) -> None:
