@@ -44,19 +44,26 @@ if CONFIG_PROBLEMS:
     raise WorkflowError(problems_message(CONFIG_PROBLEMS))
 validate(config, str(SCHEMA_FILE))
 config.update(divided_counts(config))
+# Whether the jobs run on other machines (a cluster executor), or this is one of its jobs.
+# Snakemake chooses the executor only after parsing (workflow.executor_plugin is None now,
+# workflow.remote_exec False and workflow.local_exec True for any), but a cluster executor
+# needs --jobs (nodes; a local run's --jobs becomes --cores).
+JOBS_GO_ELSEWHERE = workflow.remote_exec or workflow.resource_settings.nodes is not None
+# A training of gpus: auto spreads each job over the run's --resources gpu= (a cluster
+# job's Snakemake is given its own job's), on one node.
+TRAINING_GPUS = on.training_gpus(
+    workflow.resource_settings.resources,
+    config["execution"]["device"],
+    jobs_run_here=not JOBS_GO_ELSEWHERE,
+)
 try:
-    PIPELINE = Pipeline.start(config)
+    PIPELINE = Pipeline.start(config, TRAINING_GPUS)
 except LayerlawsError as error:
     raise WorkflowError(f"{error}") from None
 LAYOUT, EXPANDED, TARGETS = PIPELINE.layout, PIPELINE.expanded, PIPELINE.targets
 EXECUTION, PLANNER = PIPELINE.execution, PIPELINE.planner
 PLOT_FORMAT = config["plots"]["format"]
 WILDCARDS = wildcard_patterns(config)
-# Whether the jobs run on other machines (a cluster executor), or this is one of its jobs.
-# Snakemake chooses the executor only after parsing (workflow.executor_plugin is None now,
-# workflow.remote_exec False and workflow.local_exec True for any), but a cluster executor
-# needs --jobs (nodes; a local run's --jobs becomes --cores).
-JOBS_GO_ELSEWHERE = workflow.remote_exec or workflow.resource_settings.nodes is not None
 MODEL_THREADS = model_threads(workflow.resource_settings.cores, JOBS_GO_ELSEWHERE)
 # What would stop a job, found now (a line each), in the main process only: a cluster
 # job's Snakemake parses the workflow again, after these checks. execution.device: cuda

@@ -58,5 +58,6 @@ rule estimate:
     params:
         partitions=on.rule_partitions(workflow.rules, PLANNER),
         gpus=on.given_gpus(workflow.resource_settings.resources),
+        training_gpus=TRAINING_GPUS,
     script:
         "../scripts/estimate.py"

@@ -10,7 +10,9 @@
 # a resume point), each going on from the save of its predecessor; a checkpoint's model waits for its own segment only,
 # so the early checkpoints are measured while the training goes on. The chain has a high
 # priority (the scheduler starts it first) and MODEL_THREADS (half the cores: the others
-# measure).
+# measure). A segment claims training.<key>.gpus GPUs (its gpu resource: SLURM's --gpus on
+# one node) and runs data-parallel in that many processes that torchrun starts
+# (layerlaws.training.segment_job), the same update as one process's.
 # train_model combines the segments' records into the curve, manifest and summary.
 
 
@@ -51,8 +53,10 @@ rule train_checkpoint:
     threads: MODEL_THREADS
     resources:
         **needs("train_checkpoint"),
+        # its GPUs on one node (SLURM's --nodes=1 beside --gpus=N)
+        nodes=1,
     params:
-        training=on.config_entry(config, "training", "training"),
+        training=on.training_settings(config),
         checkpoint_folder=lambda wildcards: LAYOUT.checkpoints(wildcards.training),
     script:
         "../scripts/train_checkpoint.py"

@@ -21,7 +21,7 @@ def training_lines(planner: JobPlanner) -> list[str]:
 
 
 def main() -> None:
-    planner = JobPlanner.from_config(snakemake.config)
+    planner = JobPlanner.from_config(snakemake.config, training_gpus=snakemake.params.training_gpus)
     rows = planner.plan()
     print(plan_table(rows), flush=True)
     for line in runtime_overruns(rows, snakemake.params.partitions, planner.execution):

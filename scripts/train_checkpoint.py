@@ -1,54 +1,44 @@
 """Snakemake entry point: one segment of a training, from the checkpoint its predecessor
 saved (from scratch for the first) up to step {step}, which it saves as a checkpoint
 (results/training/{training}/checkpoints/step_<N>/) and records
-(results/training/{training}/reached/step{step}.json)."""
+(results/training/{training}/reached/step{step}.json): in this process, or data-parallel in
+the job's N processes (its gpu resource, training.<key>.gpus) that torchrun starts
+(layerlaws.training.segment_job)."""
 
 import logging
 
-import numpy as np
-import torch
-
-from layerlaws.core.atomic import write_json
 from layerlaws.core.logs import run_logged
 from layerlaws.models.devices import claim_devices
-from layerlaws.models.loading import load_tokenizer
 from layerlaws.pipeline.execution import Execution
-from layerlaws.training.plan import TrainingSpec
-from layerlaws.training.segments import segment_record
-from layerlaws.training.train import model_config, train
+from layerlaws.training.parallel import job_processes
+from layerlaws.training.segment_job import SegmentJob, launch, run_segment
 
 
 def main() -> None:
     execution = Execution.from_config(snakemake.config)
-    spec, end = TrainingSpec.of(snakemake.params.training), int(snakemake.wildcards.step)
-    tokenizer = load_tokenizer(snakemake.input.tokenizer)
-    sequences = np.load(snakemake.input.sequences, mmap_mode="r")  # a whole source: on disk
-    held_out = np.load(snakemake.input.held_out)
-    torch.set_num_threads(snakemake.threads)
-    with claim_devices(execution.device, execution.lock_dir, 1) as claim:
-        logging.getLogger("layerlaws").info("training up to step %d on %s", end, claim.describe())
-        run = train(
-            spec,
-            model_config(spec, tokenizer),
-            tokenizer,
-            sequences,
-            held_out=held_out if len(held_out) else None,
-            folder=snakemake.params.checkpoint_folder,
-            device=claim.device,
-            until=end,
+    settings = snakemake.config["training"][snakemake.wildcards.training]
+    processes = job_processes(snakemake.resources.get("gpu", 0), settings["gpus"])
+    end = int(snakemake.wildcards.step)
+    with claim_devices(execution.device, execution.lock_dir, processes) as claim:
+        logging.getLogger("layerlaws").info(
+            "training up to step %d on %s in %d process(es)", end, claim.describe(), processes
         )
-    write_json(
-        snakemake.output[0],
-        segment_record(
-            spec,
-            run.curve,
-            end,
-            resumed_from=run.resumed_from,
-            seconds=run.seconds,
-            device=claim.device,
-            n_sequences=len(sequences),
-        ),
-    )
+        job = SegmentJob(
+            settings=dict(snakemake.params.training),
+            end=end,
+            tokenizer=snakemake.input.tokenizer,
+            sequences=snakemake.input.sequences,
+            held_out=snakemake.input.held_out,
+            folder=snakemake.params.checkpoint_folder,
+            record=snakemake.output[0],
+            threads=max(1, snakemake.threads // processes),
+            devices=claim.device if processes == 1 else f"{processes} × {claim.describe()}",
+            on_gpu=bool(claim.gpu_ids),
+        )
+        if processes == 1:
+            run_segment(job, claim.device)
+        else:
+            launch(job, processes, claim.gpu_ids)
 
 
 run_logged(main, snakemake.log[0], snakemake.resources)

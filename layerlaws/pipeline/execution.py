@@ -29,6 +29,7 @@ class Execution:
     duckdb_memory_mb: int
     gpu_memory_gb: float
     fuzziness_host_gb: float
+    gpus_per_node: int
     checkpoint_minutes: float
     partition_runtime_limits: Mapping[str, int]
     gpu_partition: str | None

@@ -71,18 +71,25 @@ def config_size(model_config: Mapping[str, Any]) -> ModelSize:
 class JobPlanner:
     """Needs of the model-running jobs of one expanded config, whose files lie where
     ``layout`` puts them: what the stages' job declarations (``MODEL_JOBS``) read of a
-    model's size, a run's tokens and the execution settings."""
+    model's size, a run's tokens and the execution settings. ``training_gpus``: the GPUs a
+    training of ``gpus: auto`` may spread its jobs over (``rule_functions.training_gpus``:
+    the run's ``--resources gpu=``)."""
 
-    def __init__(self, expanded: ExpandedConfig, layout: Layout | None = None) -> None:
+    def __init__(
+        self, expanded: ExpandedConfig, layout: Layout | None = None, training_gpus: int = 1
+    ) -> None:
         self.expanded = expanded
         self.config = expanded.config
         self.layout = layout or Layout()
         self.execution = Execution.from_config(self.config)
+        self.training_gpus = training_gpus
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], layout: Layout | None = None) -> JobPlanner:
+    def from_config(
+        cls, config: Mapping[str, Any], layout: Layout | None = None, training_gpus: int = 1
+    ) -> JobPlanner:
         """The planner of a validated config (expanded and checked here)."""
-        return cls(ExpandedConfig.from_config(config, layout), layout)
+        return cls(ExpandedConfig.from_config(config, layout), layout, training_gpus)
 
     def model(self, key: str) -> Mapping[str, Any]:
         """A measured model's entry (expanded: a revision's or a checkpoint's too)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from layerlaws.forward.costs import Needs
 from layerlaws.models.quantization import stage_quantization
+from layerlaws.pipeline.preflight import local_gpu_visible
 
 NEEDS = ("gpu", "mem_mb", "disk_mb", "runtime")
 """The resources of a model-running job that its needs give (``Needs``)."""
@@ -120,6 +121,23 @@ def rule_partitions(rules: Iterable[Any], planner: Any) -> Callable[[Any], dict[
         }
 
     return partitions
+
+
+def training_settings(config: Mapping[str, Any]) -> Callable[[Any], dict[str, Any]]:
+    """The job's ``training.<key>`` block less its ``gpus`` (how many processes run a job
+    changes no weight, so it is no param: changing it reruns nothing)."""
+    return lambda wildcards: {
+        key: value for key, value in config["training"][wildcards.training].items() if key != "gpus"
+    }
+
+
+def training_gpus(resources: Any, device: str, jobs_run_here: bool) -> int:
+    """The GPUs a training of ``gpus: auto`` may spread each job over (``JobPlanner``): the
+    run's ``--resources gpu=`` (``given_gpus``), but 1 where its jobs run on a CPU
+    (``device`` cpu, or auto where the jobs run on this machine and it shows no GPU)."""
+    if device == "cpu" or (device == "auto" and jobs_run_here and not local_gpu_visible()):
+        return 1
+    return given_gpus(resources)
 
 
 def given_gpus(resources: Any) -> int:

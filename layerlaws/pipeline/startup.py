@@ -66,8 +66,9 @@ class Pipeline:
     targets: Targets
 
     @classmethod
-    def start(cls, config: Mapping[str, Any]) -> Pipeline:
-        """The objects of a validated ``config``; a LayerlawsError on a key that names
+    def start(cls, config: Mapping[str, Any], training_gpus: int = 1) -> Pipeline:
+        """The objects of a validated ``config``, planning the trainings of ``gpus: auto``
+        over ``training_gpus`` (``JobPlanner``); a LayerlawsError on a key that names
         nothing the config defines (``ExpandedConfig.from_config``)."""
         layout = Layout()
         expanded = ExpandedConfig.from_config(config, layout)
@@ -75,6 +76,6 @@ class Pipeline:
             layout=layout,
             expanded=expanded,
             execution=Execution.from_config(config),
-            planner=JobPlanner(expanded, layout),
+            planner=JobPlanner(expanded, layout, training_gpus),
             targets=Targets(expanded, layout, config["plots"]["format"]),
         )

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 
 from layerlaws.forward.costs import FLOPS_PER_SECOND, GPU_USABLE, HOST_BASE_MB, MIB, Needs
+from layerlaws.training.parallel import exposed_allreduce_seconds
 from layerlaws.training.plan import TrainingSpec, parameter_count
 
 
@@ -61,22 +62,41 @@ def gpu_fit_problem(spec: TrainingSpec, vocab_size: int, gpu_memory_gb: float, k
 
 
 def training_needs(
-    spec: TrainingSpec, vocab_size: int, on_gpu: bool, tokens: int | None = None
+    spec: TrainingSpec,
+    vocab_size: int,
+    on_gpu: bool,
+    tokens: int | None = None,
+    gpus: int = 1,
 ) -> Needs:
     """Needs of a job of the training ``spec`` from scratch (a segment, ``segment_ends``),
-    over a vocabulary of ``vocab_size``: its device memory (``device_bytes``), the save it
-    ends with (the weights and AdamW's two moments, float32), and the time of ``tokens``
-    training tokens (6 FLOPs per parameter and token; the segment's share of
-    ``training.epochs.planned_tokens``; by default steps × batch_size × context)."""
+    over a vocabulary of ``vocab_size``, in ``gpus`` data-parallel processes (one GPU each
+    on a GPU): the device memory of each (``device_bytes`` of a rank's passes,
+    ``rank_spec``), the host memory of all (each process holds a float32 copy of the
+    weights it loads or saves), the save it ends with (the weights and AdamW's two moments,
+    float32), and the time of ``tokens`` training tokens (6 FLOPs per parameter and token,
+    twice the time ``FLOPS_PER_SECOND`` gives, spread over the ``gpus``; the segment's share
+    of ``training.epochs.planned_tokens``; by default steps × batch_size × context) plus
+    what every step's gradient all-reduce adds beyond its backward pass
+    (``parallel.exposed_allreduce_seconds``, the backward pass at the full
+    ``FLOPS_PER_SECOND``: 4 of the 6 FLOPs). Its GPU-hours are ``gpus`` × its runtime."""
     parameters = parameter_count(spec, vocab_size)
-    held = device_bytes(spec, vocab_size, on_gpu)
-    flops = 6 * parameters * (spec.tokens_seen(spec.steps) if tokens is None else tokens)
-    seconds = flops / FLOPS_PER_SECOND["gpu" if on_gpu else "cpu"]
+    held = device_bytes(rank_spec(spec, gpus), vocab_size, on_gpu)
+    tokens = spec.tokens_seen(spec.steps) if tokens is None else tokens
+    seconds = 6 * parameters * tokens / FLOPS_PER_SECOND["gpu" if on_gpu else "cpu"]
+    steps = max(1, -(-tokens // (spec.batch_size * spec.context)))
+    backward = 4 / 6 * seconds / gpus / steps  # a rank's backward pass of a step
+    exchanged = steps * exposed_allreduce_seconds(parameters, gpus, backward)
     host = HOST_BASE_MB * MIB + (4 * parameters if on_gpu else held)
     return Needs(
-        gpu=1 if on_gpu else 0,
+        gpu=gpus if on_gpu else 0,
         gpu_mb=math.ceil(held / MIB) if on_gpu else 0,
-        mem_mb=math.ceil(host / MIB),
+        mem_mb=math.ceil(gpus * host / MIB),
         disk_mb=max(1, math.ceil(3 * 4 * parameters / MIB)),
-        runtime=max(10, math.ceil(2 * seconds / 60) + 5),
+        runtime=max(10, math.ceil((2 * seconds / gpus + exchanged) / 60) + 5),
     )
+
+
+def rank_spec(spec: TrainingSpec, gpus: int) -> TrainingSpec:
+    """``spec`` as one of ``gpus`` processes runs its passes: each reads batch_size / gpus
+    sequences a step, in passes of at most ``micro_batch_size``."""
+    return replace(spec, micro_batch_size=min(spec.micro_batch_size, spec.batch_size // gpus))

@@ -12,8 +12,9 @@ from typing import Any
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.model_jobs import ModelJob, plan_row
 from layerlaws.forward.costs import Needs
-from layerlaws.training.costs import gpu_fit_problem, training_needs
+from layerlaws.training.costs import gpu_fit_problem, rank_spec, training_needs
 from layerlaws.training.epochs import planned_tokens
+from layerlaws.training.parallel import check_node, check_split, chosen_gpus
 from layerlaws.training.plan import TrainingSpec, previous_segment_end, segment_ends
 
 GUESSED_VOCABULARY = 50_000
@@ -42,21 +43,38 @@ def segment_tokens(planner: Any, training: str, end: int) -> int:
     return -(-training_tokens(planner, training) * steps // spec.steps)
 
 
+def training_gpus(planner: Any, training: str) -> int:
+    """The GPUs (data-parallel processes) of every job of ``training``
+    (``parallel.chosen_gpus``): its ``gpus`` setting, or for ``auto`` from the GPUs the run
+    may use (``planner.training_gpus``: its ``--resources gpu=``) and a node's
+    (``execution.gpus_per_node``); 1 under ``execution.device: cpu`` unless set. A
+    LayerlawsError when batch_size does not split over them or they exceed a node."""
+    settings = planner.config["training"][training]
+    per_node = planner.execution.gpus_per_node
+    available = planner.training_gpus if planner.on_gpu() else 1
+    gpus = chosen_gpus(settings.get("gpus", "auto"), settings["batch_size"], available, per_node)
+    check_split(settings["batch_size"], gpus, training)
+    check_node(gpus, per_node, training)
+    return gpus
+
+
 def _fit_problem(planner: Any, spec: TrainingSpec, vocab_size: int, training: str) -> str:
     if not planner.on_gpu():
         return ""
-    return gpu_fit_problem(spec, vocab_size, planner.execution.gpu_memory_gb, training)
+    passes = rank_spec(spec, training_gpus(planner, training))
+    return gpu_fit_problem(passes, vocab_size, planner.execution.gpu_memory_gb, training)
 
 
 def segment_needs(planner: Any, training: str, vocab_size: int, tokens: int) -> Needs:
     """Needs of a job of ``training`` over a vocabulary of ``vocab_size`` that reads
-    ``tokens`` (``training_needs``); a LayerlawsError when its pass does not fit one GPU
-    (``gpu_fit_problem``)."""
+    ``tokens`` in its ``training_gpus`` processes (``training_needs``); a LayerlawsError
+    when a process's pass does not fit one GPU (``gpu_fit_problem``)."""
     spec = TrainingSpec.of(planner.config["training"][training])
     problem = _fit_problem(planner, spec, vocab_size, training)
     if problem:
         raise LayerlawsError(problem)
-    return training_needs(spec, vocab_size, planner.on_gpu(), tokens)
+    gpus = training_gpus(planner, training)
+    return training_needs(spec, vocab_size, planner.on_gpu(), tokens, gpus)
 
 
 def training_fit_problem(planner: Any, training: str) -> str:

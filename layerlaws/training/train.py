@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.training.parallel import check_split, rank_rows
 from layerlaws.training.plan import (
     ROPE_FAMILIES,
     TrainingSpec,
@@ -42,6 +43,7 @@ from layerlaws.training.plan import (
     pack_sequences,
     segment_ends,
 )
+from layerlaws.training.ranks import SINGLE, Ranks
 
 log = logging.getLogger(__name__)
 
@@ -258,27 +260,42 @@ def train(
     checkpoint it passes that is already saved, other than ``until``'s, is kept as it is:
     a measurement may be reading it, and the run is deterministic. ``held_out`` (m,
     context) gives the held-out loss at every checkpoint and every ``eval_every`` steps.
-    ``on_checkpoint(step)`` is called after each checkpoint is passed."""
+    ``on_checkpoint(step)`` is called after each checkpoint is passed.
+
+    Under ``torchrun`` (an initialised process group, ``Ranks.of_group``) the run is one
+    rank of a data-parallel training: every rank reads its slice of each step's batch
+    (``parallel.rank_rows``) and takes the same update; rank 0 alone finds the resume
+    point, evaluates (in passes of a rank's size, so its held-out loss may differ from one
+    process's by float rounding), logs and saves, in the same format, so a run of N
+    processes resumes from a run of one and back."""
+    ranks = Ranks.of_group()
     stop = spec.steps if until is None else until
     if stop not in segment_ends(spec):
         raise LayerlawsError(
             f"a training stops at a segment end {segment_ends(spec)} (a checkpoint, a multiple "
             f"of segment_steps or its last step), not at step {stop}"
         )
+    check_split(spec.batch_size, ranks.size)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    fingerprint = spec.fingerprint(sequences, held_out if held_out is not None else np.empty(0))
+    fingerprint = ranks.from_first(
+        spec.fingerprint(sequences, held_out if held_out is not None else np.empty(0))
+        if ranks.first
+        else None
+    )
     n_sequences = len(sequences)
     evaluation = torch.from_numpy(held_out) if held_out is not None else None
     result = TrainingRun()
-    resume = resumable_checkpoint(folder, fingerprint, stop)
+    resume = ranks.from_first(
+        resumable_checkpoint(folder, fingerprint, stop) if ranks.first else None
+    )
     if resume is None:
         model, start = initial_model(spec, config).to(device), 0
         optimizer = optimizer_of(spec, model)
     else:
         from transformers import AutoModelForCausalLM
 
-        state = torch.load(resume / STATE_FILE, weights_only=False)
+        state = torch.load(resume / STATE_FILE, map_location=device, weights_only=False)
         model = AutoModelForCausalLM.from_pretrained(resume, dtype=torch.float32).to(device)
         optimizer = optimizer_of(spec, model)
         optimizer.load_state_dict(state["optimizer"])
@@ -286,12 +303,17 @@ def train(
         result.resumed_from = start
         log.info("resuming from %s (step %d of %d)", resume, start, spec.steps)
     model.train()
+    wrapped = ranks.wrap(model, device)
     previous = resume
 
     def evaluate() -> float | None:
-        if evaluation is None:
+        # in passes no larger than a rank's, in the GPU memory planned for them
+        if evaluation is None or not ranks.first:
             return None
-        return held_out_loss(model, evaluation, spec.micro_batch_size, device)
+        passes = spec.micro_batch_size
+        if ranks.size > 1:
+            passes = min(passes, spec.batch_size // ranks.size)
+        return held_out_loss(model, evaluation, passes, device)
 
     def checkpoint(step: int, held: float | None) -> None:
         nonlocal previous
@@ -319,7 +341,7 @@ def train(
         log.info("%s at step %d (%d tokens seen)", what, step, record["tokens_seen"])
         return saved
 
-    if resume is None and 0 in spec.checkpoints:
+    if resume is None and 0 in spec.checkpoints and ranks.first:
         held = evaluate()
         result.curve.append(_curve_row(spec, n_sequences, 0, None, held))
         checkpoint(0, held)
@@ -329,7 +351,12 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = rate
         loss = accumulate_gradients(
-            model, sequences, batch_indices(n_sequences, spec, step), spec.micro_batch_size, device
+            wrapped,
+            sequences,
+            batch_indices(n_sequences, spec, step),
+            spec.micro_batch_size,
+            device,
+            ranks,
         )
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
         optimizer.step()
@@ -340,12 +367,15 @@ def train(
         if evaluated or done == stop:
             # Losses are read back only here, so a GPU never waits for them between steps.
             held = evaluate() if evaluated else None
-            for number, pending_rate, pending_loss in pending:
+            losses = ranks.mean(torch.stack([pending_loss for _, _, pending_loss in pending]))
+            for (number, pending_rate, _), pending_loss in zip(pending, losses, strict=True):
                 result.curve.append(
                     _curve_row(spec, n_sequences, number, pending_rate, None, float(pending_loss))
                 )
             result.curve[-1]["held_out_loss"] = held
             pending.clear()
+            if not ranks.first:
+                continue
             elapsed = time.perf_counter() - started
             log.info(
                 "step %d/%d: training loss %.4f, held-out loss %s, %.0f tokens/s",
@@ -364,6 +394,7 @@ def train(
     if result.seconds > 0:
         trained = spec.tokens_seen(stop, n_sequences) - spec.tokens_seen(start, n_sequences)
         result.tokens_per_second = trained / result.seconds
+    ranks.wait()  # rank 0's saves are complete
     result.checkpoints = [
         json.loads((checkpoint_folder(folder, step) / CHECKPOINT_FILE).read_text())
         for step in spec.checkpoints
@@ -373,24 +404,38 @@ def train(
 
 
 def accumulate_gradients(
-    model: Any, sequences: np.ndarray, rows: np.ndarray, micro_batch_size: int, device: str
+    model: Any,
+    sequences: np.ndarray,
+    rows: np.ndarray,
+    micro_batch_size: int,
+    device: str,
+    ranks: Ranks = SINGLE,
 ) -> torch.Tensor:
     """The gradients of the mean next-token loss over the packed ``sequences`` ``rows``
     (one optimizer step's batch) accumulated in ``model``; that loss, detached. A batch of
     more than ``micro_batch_size`` sequences runs in the fewest passes of at most
     ``micro_batch_size`` (sizes as equal as can be), each pass's loss weighted by its share
     of the sequences (all have ``context`` tokens, so the same number of predictions), so
-    that the gradients are the whole batch's (up to float rounding)."""
-    parts = np.array_split(rows, -(-len(rows) // micro_batch_size))
+    that the gradients are the whole batch's (up to float rounding).
+
+    One rank of several (``model`` wrapped by ``Ranks.wrap``) passes its own slice of
+    ``rows`` (``parallel.rank_rows``) the same way, each pass's loss weighted by its share
+    of the whole batch times the ranks, as DistributedDataParallel averages the ranks'
+    gradients: the averaged gradients are the whole batch's, and the loss returned is the
+    rank's share times the ranks (their mean over the ranks is the batch's loss)."""
+    mine = rank_rows(rows, ranks.rank, ranks.size)
+    parts = np.array_split(mine, -(-len(mine) // micro_batch_size))
     total = None
-    for part in parts:
+    for index, part in enumerate(parts):
         batch = torch.from_numpy(np.asarray(sequences[part], dtype=np.int64))
         batch = batch.to(device, non_blocking=True)
-        with _autocast(device):
-            loss = model(input_ids=batch, labels=batch).loss
-        if len(parts) > 1:
-            loss = loss * (len(part) / len(rows))
-        loss.backward()
+        with ranks.holding_gradients(model, last=index == len(parts) - 1):
+            with _autocast(device):
+                loss = model(input_ids=batch, labels=batch).loss
+            weight = ranks.size * len(part) / len(rows)
+            if weight != 1.0:
+                loss = loss * weight
+            loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     return total
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError, require_key
+from layerlaws.training.parallel import check_node, check_split
 
 PATHS = {
     "training": "training/{training}",
@@ -37,8 +38,9 @@ def outputs(layout: Any, expanded: Any, plot_format: str) -> list[str]:
 
 
 def check_trainings(config: Mapping[str, Any]) -> None:
-    """Each training names a model (its tokenizer) and datasets, has whole epochs and a
-    token budget of one sequence at least."""
+    """Each training names a model (its tokenizer) and datasets, has whole epochs, a
+    token budget of one sequence at least, and a batch that splits over its gpus on one
+    node."""
     for key, training in config["training"].items():
         for field, table in (
             ("tokenizer", "models"),
@@ -54,6 +56,10 @@ def check_trainings(config: Mapping[str, Any]) -> None:
                 f"not a multiple of it: each epoch must be whole steps; make steps a multiple "
                 f"of epochs"
             )
+        gpus = training.get("gpus", "auto")
+        if gpus != "auto":
+            check_split(training["batch_size"], gpus, key)
+            check_node(gpus, config["execution"]["gpus_per_node"], key)
         budget = training.get("token_budget")
         if budget is not None and budget < training["context"]:
             raise LayerlawsError(
