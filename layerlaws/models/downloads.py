@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.hub_files import HubFiles, check_listing
 from layerlaws.models.weight_files import check_config_json
 
-HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
+TOKENIZER_FILES = ["*.json", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
+"""What is fetched of a tokenizer's source (``models.<key>.tokenizer``): the tokenizer's
+files and the config, which names its class where its own config does not (GPT-2's)."""
+HUB_FILES = [*TOKENIZER_FILES, "*.safetensors"]
 """What is fetched of a hub model: config, safetensors weights, tokenizer files (weights
 only as ``BIN_FILES`` when a repository has no safetensors)."""
 BIN_FILES = ["*.bin"]
@@ -152,24 +156,63 @@ def hub_snapshot(
     return _snapshot_of_model(source, trust_remote_code, commit)[1]
 
 
-def download_model(model_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Fetch a configured hub model (``models.<key>``: its ``source`` and
-    ``trust_remote_code``) into the Hugging Face cache (``hub_snapshot``) and return the
-    record of its download: ``id``, ``revision`` (as configured; ``main`` by default),
-    ``subfolder``, ``commit`` (the revision's commit hash), ``snapshot`` (the model's folder
-    in the cache) and ``files`` (the files there, relative to it)."""
-    source = model_config["source"]
-    root, folder = _snapshot_of_model(source, model_config.get("trust_remote_code", False), None)
+def tokenizer_snapshot(source: Mapping[str, Any], commit: str | None = None) -> tuple[Path, Path]:
+    """(snapshot, folder) of a tokenizer's hub ``source`` (``models.<key>.tokenizer``) in
+    the Hugging Face cache, with its tokenizer files and config (``TOKENIZER_FILES``):
+    fetched where this process may, or read at the ``commit`` a download recorded."""
+    root = _snapshot(source, TOKENIZER_FILES, commit)
+    return root, root / (source.get("subfolder") or "")
+
+
+def repository_files(source: Mapping[str, Any], root: Path) -> list[str]:
+    """The files of a hub source's revision (its commit, the snapshot ``root``'s name),
+    relative to the repository's root: the hub's listing, or offline (``HF_HUB_OFFLINE``)
+    the files of the snapshot in the cache, which hold what a download fetched."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return sorted(HfApi().list_repo_files(source["id"], revision=root.name))
+
+
+def _record(source: Mapping[str, Any], root: Path, folder: Path) -> dict[str, Any]:
+    """The download record of a hub source fetched into the snapshot ``root``."""
     return {
         "id": source["id"],
         "revision": source.get("revision") or "main",
         "subfolder": (source.get("subfolder") or "").strip("/"),
         "commit": root.name,
         "snapshot": str(folder),
-        "files": sorted(
-            str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
-        ),
     }
+
+
+def download_model(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Fetch a configured hub model (``models.<key>``: its ``source``,
+    ``trust_remote_code`` and ``tokenizer``) into the Hugging Face cache (``hub_snapshot``)
+    and return the record of its download: ``id``, ``revision`` (as configured; ``main``
+    by default), ``subfolder``, ``commit`` (the revision's commit hash), ``snapshot`` (the
+    model's folder in the cache), ``files`` (the files there, relative to it) and, for a
+    tokenizer from another hub source, ``tokenizer`` (that source's record).
+
+    Given ``hub_files`` (the record of the repository's files: ``path`` of the data file,
+    ``files`` the ``HubFiles`` fields), the hub's listing of the revision's files is
+    checked against it first (``hub_files.check_listing``): a LayerlawsError of one line
+    where they differ in what the pipeline reads."""
+    source = model_config["source"]
+    remote_code = model_config.get("trust_remote_code", False)
+    root, folder = _snapshot_of_model(source, remote_code, None)
+    recorded = model_config.get("hub_files")
+    if recorded:
+        listing = repository_files(source, root)
+        check_listing(recorded["path"], source, HubFiles(**recorded["files"]), listing, remote_code)
+    record = _record(source, root, folder)
+    record["files"] = sorted(
+        str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
+    )
+    tokenizer = model_config.get("tokenizer")
+    if tokenizer and tokenizer["kind"] == "hub":
+        record["tokenizer"] = _record(tokenizer, *tokenizer_snapshot(tokenizer))
+    return record
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

@@ -146,6 +146,9 @@ def main(argv: list[str]) -> int:
     config: dict = {}
     for path in configs:
         config = _merged(config, yaml.safe_load(path.read_text()))
+    if config.get("hub_files"):  # read from the run's folder too
+        config["hub_files"] = settings["hub_files"] = str(Path(config["hub_files"]).resolve())
+        overlay.write_text(yaml.safe_dump(settings))
     started = time.monotonic()
     written = with_defaults(config)
     scaled = divided_counts(written)
