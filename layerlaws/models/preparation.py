@@ -29,6 +29,7 @@ from layerlaws.models.architectures import (
 from layerlaws.models.checkpoints import checkpoint_keys, lm_head_trained
 from layerlaws.models.downloads import hub_snapshot, read_config, tokenizer_snapshot
 from layerlaws.models.facts import MODEL_METADATA, ModelFacts, model_facts, weights_dtype
+from layerlaws.models.hub_files import files_of_listing
 from layerlaws.models.parts import assembled_file
 from layerlaws.models.weight_files import readable_gguf, readable_safetensors
 
@@ -130,6 +131,12 @@ def _checked_tokenizer(folder: Path) -> Any:
     """The tokenizer in ``folder``, or a LayerlawsError saying it has none."""
     from transformers import AutoTokenizer
 
+    # transformers 5 builds an empty tokenizer (no tokens) from a folder without one.
+    if not files_of_listing(path.name for path in folder.iterdir()).tokenizer:
+        raise LayerlawsError(
+            f"the model in {folder} has no usable tokenizer: the folder holds no tokenizer "
+            f"files; give the model's tokenizer source as models.<key>.tokenizer"
+        )
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except Exception as error:

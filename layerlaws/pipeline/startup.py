@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from layerlaws.core.config_errors import file_problems, schema_problems
 from layerlaws.core.settings import config_schema
@@ -27,6 +30,21 @@ def config_problems(config_files: Iterable[str], config: Mapping[str, Any]) -> l
     values against the schema."""
     problems = [problem for path in config_files for problem in file_problems(path)]
     return problems or renamed_key_errors(config) or schema_problems(config)
+
+
+def hub_files_location(config_files: Iterable[str], config: Mapping[str, Any]) -> str | None:
+    """The config's ``hub_files`` as a path that reads wherever the workflow runs: a
+    relative one is relative to the folder of the config file that gives it (the last
+    that does, as Snakemake merges them), else to the working directory (one given on the
+    command line)."""
+    path = config.get("hub_files")
+    if not path or Path(path).is_absolute():
+        return path
+    folder = Path.cwd()
+    for name in config_files:
+        if (yaml.safe_load(Path(name).read_text()) or {}).get("hub_files") == path:
+            folder = Path(name).resolve().parent
+    return str(folder / path)
 
 
 def wildcard_patterns(config: Mapping[str, Any]) -> dict[str, str]:
