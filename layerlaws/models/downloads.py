@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
-from layerlaws.models.hub_files import HubFiles, check_listing
+from layerlaws.models.hub_files import HubFiles, check_listing, described
 from layerlaws.models.weight_files import check_config_json
 
 TOKENIZER_FILES = ["*.json", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
@@ -36,18 +36,12 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 """What makes Hugging Face's libraries read only their cache, in the cluster jobs."""
 
 
-def _described(source: Mapping[str, Any]) -> str:
-    """``model '<id>' (revision <r>, subfolder '<s>')`` of a hub source."""
-    inside = f", subfolder {source['subfolder']!r}" if source.get("subfolder") else ""
-    return f"model {source['id']!r} (revision {source.get('revision') or 'main'}{inside})"
-
-
 def _cache_miss(source: Mapping[str, Any], commit: str | None) -> LayerlawsError:
     """The one line of a hub model missing from the cache of a job that may not fetch it:
     one that reads the commit a download recorded, or one that runs offline."""
     from huggingface_hub import constants
 
-    missing = f"{_described(source)} is not in the Hugging Face cache {constants.HF_HUB_CACHE}"
+    missing = f"{described(source)} is not in the Hugging Face cache {constants.HF_HUB_CACHE}"
     if commit is not None:
         return LayerlawsError(
             f"{missing} at commit {commit}, which its download job recorded: give the jobs the "
@@ -85,7 +79,7 @@ def _snapshot(source: Mapping[str, Any], patterns: list[str], commit: str | None
             raise _cache_miss(source, commit) from error
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise LayerlawsError(
-            f"could not fetch {_described(source)}: {reason}. Check the id and revision, that "
+            f"could not fetch {described(source)}: {reason}. Check the id and revision, that "
             f"this machine can reach the hub and, for a gated model, that you accepted its "
             f"licence and ran `hf auth login` or set HF_TOKEN"
         ) from error
@@ -130,7 +124,7 @@ def _snapshot_of_model(
     folder = _snapshot(source, ["config.json", *code], commit) / (source.get("subfolder") or "")
     if not (folder / "config.json").is_file():
         raise LayerlawsError(
-            f"{_described(source)} has no config.json in its snapshot {folder}: check the "
+            f"{described(source)} has no config.json in its snapshot {folder}: check the "
             f"source's id and subfolder"
         )
     if commit is None and not constants.HF_HUB_OFFLINE:

@@ -194,7 +194,7 @@ class HubFilesRecord:
             if entry.covers(model_id, revision, subfolder):
                 return entry.files
         raise LayerlawsError(
-            f"{self.path} records no files for {_described(source)}: add an entry from the "
+            f"{self.path} records no files for hub {described(source)}: add an entry from the "
             f"repository's file listing on the hub"
         )
 
@@ -211,10 +211,11 @@ def _coordinates(source: Mapping[str, Any]) -> tuple[str, str, str]:
     return source["id"], source.get("revision") or "main", subfolder
 
 
-def _described(source: Mapping[str, Any]) -> str:
+def described(source: Mapping[str, Any]) -> str:
+    """``model '<id>' (revision <r>, subfolder '<s>')`` of a hub source."""
     model_id, revision, subfolder = _coordinates(source)
     inside = f", subfolder {subfolder!r}" if subfolder else ""
-    return f"hub model {model_id!r} (revision {revision}{inside})"
+    return f"model {model_id!r} (revision {revision}{inside})"
 
 
 def listing_differences(recorded: HubFiles, listed: HubFiles, trust_remote_code: bool) -> str:
@@ -242,7 +243,7 @@ def check_listing(
     differences = listing_differences(recorded, listed, trust_remote_code)
     if differences:
         raise LayerlawsError(
-            f"{_described(source)} differs from its record in {record_path} ({differences}): "
+            f"hub {described(source)} differs from its record in {record_path} ({differences}): "
             f"update the entry in {record_path} from the hub's listing (and models.<key>."
             f"tokenizer where the tokenizer changed), then download again"
         )
@@ -266,7 +267,7 @@ def tokenizer_problems(
             continue
         if not files.tokenizer and not settings.get("tokenizer"):
             problems.append(
-                f"config models.{key}: {_described(settings['source'])} holds no tokenizer "
+                f"config models.{key}: hub {described(settings['source'])} holds no tokenizer "
                 f"({record.path}): set models.{key.split('@')[0]}.tokenizer to the source of "
                 f"the tokenizer it was trained with"
             )
