@@ -112,16 +112,36 @@ def read_config(
     return config
 
 
+def repository_files(source: Mapping[str, Any], root: Path) -> list[str]:
+    """The files of a hub source's revision (its commit, the snapshot ``root``'s name),
+    relative to the repository's root: the hub's listing, or offline (``HF_HUB_OFFLINE``)
+    the files of the snapshot in the cache, which hold what a download fetched."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return sorted(HfApi().list_repo_files(source["id"], revision=root.name))
+
+
 def _snapshot_of_model(
-    source: Mapping[str, Any], trust_remote_code: bool, commit: str | None
+    source: Mapping[str, Any],
+    trust_remote_code: bool,
+    commit: str | None,
+    recorded: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """(snapshot, model folder) of ``hub_snapshot``: its config first, checked against
     the architecture table where the weights are then fetched (not in the cache alone:
-    the preparation checks it), then the rest."""
+    the preparation checks it) and against the ``recorded`` files (``download_model``)
+    before any weights are fetched, then the rest."""
     from huggingface_hub import constants
 
     code = REMOTE_CODE_FILES if trust_remote_code else []
-    folder = _snapshot(source, ["config.json", *code], commit) / (source.get("subfolder") or "")
+    root = _snapshot(source, ["config.json", *code], commit)
+    folder = root / (source.get("subfolder") or "")
+    if recorded:
+        files = HubFiles(**recorded["files"])
+        listing = repository_files(source, root)
+        check_listing(recorded["path"], source, files, listing, trust_remote_code)
     if not (folder / "config.json").is_file():
         raise LayerlawsError(
             f"{described(source)} has no config.json in its snapshot {folder}: check the "
@@ -158,17 +178,6 @@ def tokenizer_snapshot(source: Mapping[str, Any], commit: str | None = None) -> 
     return root, root / (source.get("subfolder") or "")
 
 
-def repository_files(source: Mapping[str, Any], root: Path) -> list[str]:
-    """The files of a hub source's revision (its commit, the snapshot ``root``'s name),
-    relative to the repository's root: the hub's listing, or offline (``HF_HUB_OFFLINE``)
-    the files of the snapshot in the cache, which hold what a download fetched."""
-    from huggingface_hub import HfApi, constants
-
-    if constants.HF_HUB_OFFLINE:
-        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    return sorted(HfApi().list_repo_files(source["id"], revision=root.name))
-
-
 def _record(source: Mapping[str, Any], root: Path, folder: Path) -> dict[str, Any]:
     """The download record of a hub source fetched into the snapshot ``root``."""
     return {
@@ -190,15 +199,12 @@ def download_model(model_config: Mapping[str, Any]) -> dict[str, Any]:
 
     Given ``hub_files`` (the record of the repository's files: ``path`` of the data file,
     ``files`` the ``HubFiles`` fields), the hub's listing of the revision's files is
-    checked against it first (``hub_files.check_listing``): a LayerlawsError of one line
-    where they differ in what the pipeline reads."""
-    source = model_config["source"]
+    checked against it once the config is fetched, before the weights
+    (``hub_files.check_listing``): a LayerlawsError of one line where they differ in what
+    the pipeline reads."""
+    source, recorded = model_config["source"], model_config.get("hub_files")
     remote_code = model_config.get("trust_remote_code", False)
-    root, folder = _snapshot_of_model(source, remote_code, None)
-    recorded = model_config.get("hub_files")
-    if recorded:
-        listing = repository_files(source, root)
-        check_listing(recorded["path"], source, HubFiles(**recorded["files"]), listing, remote_code)
+    root, folder = _snapshot_of_model(source, remote_code, None, recorded)
     record = _record(source, root, folder)
     record["files"] = sorted(
         str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
