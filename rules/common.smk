@@ -40,12 +40,12 @@ from layerlaws.rehearsal.counts import divided_counts
 # The config files' YAML, then old keys, then the schema, each problem in a line;
 # Snakemake's validation then fills in the defaults. A rehearsal on tiny stand-ins
 # (python -m layerlaws.rehearsal) divides the counts by rehearsal.divide_counts_by. A
-# relative hub_files is read beside the config file that names it.
+# relative hub_files is read in the repository.
 CONFIG_PROBLEMS = config_problems(workflow.configfiles, config)
 if CONFIG_PROBLEMS:
     raise WorkflowError(problems_message(CONFIG_PROBLEMS))
 validate(config, str(SCHEMA_FILE))
-config["hub_files"] = hub_files_location(workflow.configfiles, config)
+config["hub_files"] = hub_files_location(config)
 config.update(divided_counts(config))
 try:
     PIPELINE = Pipeline.start(config)

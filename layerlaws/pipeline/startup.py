@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from layerlaws.core.config_errors import file_problems, schema_problems
 from layerlaws.core.settings import config_schema
 from layerlaws.pipeline.execution import Execution
@@ -23,6 +21,9 @@ from layerlaws.pipeline.renamed_keys import renamed_key_errors
 from layerlaws.pipeline.targets import Targets, alternatives
 from layerlaws.synthetic.tasks import TASKS as ADDITION_TASKS
 
+REPOSITORY = Path(__file__).parents[2]
+"""The repository's folder (the workflow's Snakefile, its configs)."""
+
 
 def config_problems(config_files: Iterable[str], config: Mapping[str, Any]) -> list[str]:
     """What is wrong with the config, a line each: its files' YAML (keys given twice,
@@ -32,19 +33,12 @@ def config_problems(config_files: Iterable[str], config: Mapping[str, Any]) -> l
     return problems or renamed_key_errors(config) or schema_problems(config)
 
 
-def hub_files_location(config_files: Iterable[str], config: Mapping[str, Any]) -> str | None:
-    """The config's ``hub_files`` as a path that reads wherever the workflow runs: a
-    relative one is relative to the folder of the config file that gives it (the last
-    that does, as Snakemake merges them), else to the working directory (one given on the
-    command line)."""
+def hub_files_location(config: Mapping[str, Any]) -> str | None:
+    """The config's ``hub_files`` as a path that reads wherever the workflow runs (any
+    ``--directory``, a config file copied elsewhere): a relative one is relative to the
+    repository (``REPOSITORY``), where the paper config's record lies."""
     path = config.get("hub_files")
-    if not path or Path(path).is_absolute():
-        return path
-    folder = Path.cwd()
-    for name in config_files:
-        if (yaml.safe_load(Path(name).read_text()) or {}).get("hub_files") == path:
-            folder = Path(name).resolve().parent
-    return str(folder / path)
+    return path if not path or Path(path).is_absolute() else str(REPOSITORY / path)
 
 
 def wildcard_patterns(config: Mapping[str, Any]) -> dict[str, str]:

@@ -147,7 +147,7 @@ def main(argv: list[str]) -> int:
     config: dict = {}
     for path in configs:
         config = _merged(config, yaml.safe_load(path.read_text()))
-    config["hub_files"] = hub_files_location(map(str, configs), config)
+    config["hub_files"] = hub_files_location(config)
     started = time.monotonic()
     written = with_defaults(config)
     scaled = divided_counts(written)

@@ -76,7 +76,7 @@ def test_the_files_of_a_listing_are_told_apart():
 
 def paper() -> tuple[dict, HubFilesRecord]:
     config = with_defaults(yaml.safe_load(PAPER.read_text()))
-    config["hub_files"] = hub_files_location([str(PAPER)], config)
+    config["hub_files"] = hub_files_location(config)
     return config, HubFilesRecord.read(config["hub_files"])
 
 

@@ -136,7 +136,7 @@ def recorded(tmp_path: Path, config: dict, tokenizer: bool) -> None:
     (tmp_path / "hub_files.yaml").write_text(
         yaml.safe_dump({"repositories": [{**entry, "basis": "the test's snapshot"}]})
     )
-    write_config(tmp_path, {**config, "hub_files": "hub_files.yaml"})
+    write_config(tmp_path, {**config, "hub_files": str(tmp_path / "hub_files.yaml")})
 
 
 def test_a_listing_that_differs_from_the_record_stops_the_download_in_one_line(
