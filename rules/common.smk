@@ -30,6 +30,7 @@ from layerlaws.pipeline.stages import RULE_FILES
 from layerlaws.pipeline.startup import (
     Pipeline,
     config_problems,
+    hub_files_location,
     model_threads,
     wildcard_patterns,
 )
@@ -38,11 +39,13 @@ from layerlaws.rehearsal.counts import divided_counts
 
 # The config files' YAML, then old keys, then the schema, each problem in a line;
 # Snakemake's validation then fills in the defaults. A rehearsal on tiny stand-ins
-# (python -m layerlaws.rehearsal) divides the counts by rehearsal.divide_counts_by.
+# (python -m layerlaws.rehearsal) divides the counts by rehearsal.divide_counts_by. A
+# relative hub_files is read in the repository.
 CONFIG_PROBLEMS = config_problems(workflow.configfiles, config)
 if CONFIG_PROBLEMS:
     raise WorkflowError(problems_message(CONFIG_PROBLEMS))
 validate(config, str(SCHEMA_FILE))
+config["hub_files"] = hub_files_location(config)
 config.update(divided_counts(config))
 # Whether the jobs run on other machines (a cluster executor), or this is one of its jobs.
 # Snakemake chooses the executor only after parsing (workflow.executor_plugin is None now,

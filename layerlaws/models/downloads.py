@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from layerlaws.core.errors import LayerlawsError
+from layerlaws.models.hub_files import HubFiles, check_listing, described
 from layerlaws.models.weight_files import check_config_json
 
-HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
+TOKENIZER_FILES = ["*.json", "*.model", "*.txt", "*.tiktoken", "tokenizer*"]
+"""What is fetched of a tokenizer's source (``models.<key>.tokenizer``): the tokenizer's
+files and the config, which names its class where its own config does not (GPT-2's)."""
+HUB_FILES = [*TOKENIZER_FILES, "*.safetensors"]
 """What is fetched of a hub model: config, safetensors weights, tokenizer files (weights
 only as ``BIN_FILES`` when a repository has no safetensors)."""
 BIN_FILES = ["*.bin"]
@@ -32,18 +36,12 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 """What makes Hugging Face's libraries read only their cache, in the cluster jobs."""
 
 
-def _described(source: Mapping[str, Any]) -> str:
-    """``model '<id>' (revision <r>, subfolder '<s>')`` of a hub source."""
-    inside = f", subfolder {source['subfolder']!r}" if source.get("subfolder") else ""
-    return f"model {source['id']!r} (revision {source.get('revision') or 'main'}{inside})"
-
-
 def _cache_miss(source: Mapping[str, Any], commit: str | None) -> LayerlawsError:
     """The one line of a hub model missing from the cache of a job that may not fetch it:
     one that reads the commit a download recorded, or one that runs offline."""
     from huggingface_hub import constants
 
-    missing = f"{_described(source)} is not in the Hugging Face cache {constants.HF_HUB_CACHE}"
+    missing = f"{described(source)} is not in the Hugging Face cache {constants.HF_HUB_CACHE}"
     if commit is not None:
         return LayerlawsError(
             f"{missing} at commit {commit}, which its download job recorded: give the jobs the "
@@ -81,7 +79,7 @@ def _snapshot(source: Mapping[str, Any], patterns: list[str], commit: str | None
             raise _cache_miss(source, commit) from error
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise LayerlawsError(
-            f"could not fetch {_described(source)}: {reason}. Check the id and revision, that "
+            f"could not fetch {described(source)}: {reason}. Check the id and revision, that "
             f"this machine can reach the hub and, for a gated model, that you accepted its "
             f"licence and ran `hf auth login` or set HF_TOKEN"
         ) from error
@@ -114,19 +112,39 @@ def read_config(
     return config
 
 
+def repository_files(source: Mapping[str, Any], root: Path) -> list[str]:
+    """The files of a hub source's revision (its commit, the snapshot ``root``'s name),
+    relative to the repository's root: the hub's listing, or offline (``HF_HUB_OFFLINE``)
+    the files of the snapshot in the cache, which hold what a download fetched."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return sorted(HfApi().list_repo_files(source["id"], revision=root.name))
+
+
 def _snapshot_of_model(
-    source: Mapping[str, Any], trust_remote_code: bool, commit: str | None
+    source: Mapping[str, Any],
+    trust_remote_code: bool,
+    commit: str | None,
+    recorded: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """(snapshot, model folder) of ``hub_snapshot``: its config first, checked against
     the architecture table where the weights are then fetched (not in the cache alone:
-    the preparation checks it), then the rest."""
+    the preparation checks it) and against the ``recorded`` files (``download_model``)
+    before any weights are fetched, then the rest."""
     from huggingface_hub import constants
 
     code = REMOTE_CODE_FILES if trust_remote_code else []
-    folder = _snapshot(source, ["config.json", *code], commit) / (source.get("subfolder") or "")
+    root = _snapshot(source, ["config.json", *code], commit)
+    folder = root / (source.get("subfolder") or "")
+    if recorded:
+        files = HubFiles(**recorded["files"])
+        listing = repository_files(source, root)
+        check_listing(recorded["path"], source, files, listing, trust_remote_code)
     if not (folder / "config.json").is_file():
         raise LayerlawsError(
-            f"{_described(source)} has no config.json in its snapshot {folder}: check the "
+            f"{described(source)} has no config.json in its snapshot {folder}: check the "
             f"source's id and subfolder"
         )
     if commit is None and not constants.HF_HUB_OFFLINE:
@@ -152,24 +170,49 @@ def hub_snapshot(
     return _snapshot_of_model(source, trust_remote_code, commit)[1]
 
 
-def download_model(model_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Fetch a configured hub model (``models.<key>``: its ``source`` and
-    ``trust_remote_code``) into the Hugging Face cache (``hub_snapshot``) and return the
-    record of its download: ``id``, ``revision`` (as configured; ``main`` by default),
-    ``subfolder``, ``commit`` (the revision's commit hash), ``snapshot`` (the model's folder
-    in the cache) and ``files`` (the files there, relative to it)."""
-    source = model_config["source"]
-    root, folder = _snapshot_of_model(source, model_config.get("trust_remote_code", False), None)
+def tokenizer_snapshot(source: Mapping[str, Any], commit: str | None = None) -> tuple[Path, Path]:
+    """(snapshot, folder) of a tokenizer's hub ``source`` (``models.<key>.tokenizer``) in
+    the Hugging Face cache, with its tokenizer files and config (``TOKENIZER_FILES``):
+    fetched where this process may, or read at the ``commit`` a download recorded."""
+    root = _snapshot(source, TOKENIZER_FILES, commit)
+    return root, root / (source.get("subfolder") or "")
+
+
+def _record(source: Mapping[str, Any], root: Path, folder: Path) -> dict[str, Any]:
+    """The download record of a hub source fetched into the snapshot ``root``."""
     return {
         "id": source["id"],
         "revision": source.get("revision") or "main",
         "subfolder": (source.get("subfolder") or "").strip("/"),
         "commit": root.name,
         "snapshot": str(folder),
-        "files": sorted(
-            str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
-        ),
     }
+
+
+def download_model(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Fetch a configured hub model (``models.<key>``: its ``source``,
+    ``trust_remote_code`` and ``tokenizer``) into the Hugging Face cache (``hub_snapshot``)
+    and return the record of its download: ``id``, ``revision`` (as configured; ``main``
+    by default), ``subfolder``, ``commit`` (the revision's commit hash), ``snapshot`` (the
+    model's folder in the cache), ``files`` (the files there, relative to it) and, for a
+    tokenizer from another hub source, ``tokenizer`` (that source's record).
+
+    Given ``hub_files`` (the record of the repository's files: ``path`` of the data file,
+    ``files`` the ``HubFiles`` fields), the hub's listing of the revision's files is
+    checked against it once the config is fetched, before the weights
+    (``hub_files.check_listing``): a LayerlawsError of one line where they differ in what
+    the pipeline reads."""
+    source, recorded = model_config["source"], model_config.get("hub_files")
+    remote_code = model_config.get("trust_remote_code", False)
+    root, folder = _snapshot_of_model(source, remote_code, None, recorded)
+    record = _record(source, root, folder)
+    record["files"] = sorted(
+        str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
+    )
+    tokenizer = model_config.get("tokenizer")
+    if tokenizer and tokenizer["kind"] == "hub":
+        record["tokenizer"] = _record(tokenizer, *tokenizer_snapshot(tokenizer))
+    return record
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

@@ -187,3 +187,12 @@ def weights_folder(folder: str | Path) -> Path:
     if not (Path(folder) / MODEL_METADATA).is_file():
         return Path(folder)
     return Path(read_facts(folder).weights or folder)
+
+
+def tokenizer_folder(folder: str | Path) -> Path:
+    """Where the tokenizer of a prepared model lies: the prepared folder when one was saved
+    there (a tokenizer from another source than the weights', ``models.<key>.tokenizer``),
+    else with the weights (``weights_folder``)."""
+    if (Path(folder) / "tokenizer_config.json").is_file():
+        return Path(folder)
+    return weights_folder(folder)

@@ -22,7 +22,7 @@ from layerlaws.models.architectures import (
     lm_head_of,
 )
 from layerlaws.models.devices import DeviceClaim, DeviceRequest
-from layerlaws.models.facts import ModelFacts, read_facts, weights_folder
+from layerlaws.models.facts import ModelFacts, read_facts, tokenizer_folder, weights_folder
 from layerlaws.models.placement import check_fits, device_budgets, device_map
 from layerlaws.models.preparation import randomly_initialised, skeleton_of
 from layerlaws.models.quantization import (
@@ -38,10 +38,10 @@ log = logging.getLogger(__name__)
 
 
 def load_tokenizer(folder: str | Path) -> Any:
-    """The tokenizer of a prepared model."""
+    """The tokenizer of a prepared model (``facts.tokenizer_folder``)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(weights_folder(folder)))
+    return AutoTokenizer.from_pretrained(str(tokenizer_folder(folder)))
 
 
 def decoder_start_token_id(folder: str | Path) -> int:

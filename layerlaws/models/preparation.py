@@ -27,8 +27,9 @@ from layerlaws.models.architectures import (
     auto_class,
 )
 from layerlaws.models.checkpoints import checkpoint_keys, lm_head_trained
-from layerlaws.models.downloads import hub_snapshot, read_config
+from layerlaws.models.downloads import hub_snapshot, read_config, tokenizer_snapshot
 from layerlaws.models.facts import MODEL_METADATA, ModelFacts, model_facts, weights_dtype
+from layerlaws.models.hub_files import files_of_listing
 from layerlaws.models.parts import assembled_file
 from layerlaws.models.weight_files import readable_gguf, readable_safetensors
 
@@ -130,10 +131,31 @@ def _checked_tokenizer(folder: Path) -> Any:
     """The tokenizer in ``folder``, or a LayerlawsError saying it has none."""
     from transformers import AutoTokenizer
 
+    # transformers 5 builds an empty tokenizer (no tokens) from a folder without one.
+    if not files_of_listing(path.name for path in folder.iterdir()).tokenizer:
+        raise LayerlawsError(
+            f"the model in {folder} has no usable tokenizer: the folder holds no tokenizer "
+            f"files; give the model's tokenizer source as models.<key>.tokenizer"
+        )
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except Exception as error:
         raise LayerlawsError(f"the model in {folder} has no usable tokenizer: {error}") from error
+
+
+def borrowed_tokenizer(
+    tokenizer_source: Mapping[str, Any], download: Mapping[str, Any] | None = None
+) -> Any:
+    """The tokenizer a model's repository lacks, from its ``models.<key>.tokenizer``: a
+    hub source (read at the commit its ``download`` recorded, when given) or a local or
+    packaged folder; He & Su's released code gives the data-constrained GPT-2 models of
+    Muennighoff et al. GPT-2's (feature_learning.load_model_from_path)."""
+    if tokenizer_source["kind"] == "hub":
+        commit = None if download is None else download["tokenizer"]["commit"]
+        folder = tokenizer_snapshot(tokenizer_source, commit)[1]
+    else:
+        folder = _model_folder(tokenizer_source)
+    return _checked_tokenizer(folder)
 
 
 def _with_vocabulary(
@@ -187,10 +209,13 @@ def prepare_model(
     is and a hub model from the Hugging Face cache (its facts record the folder): none is
     copied, but a packaged folder given a ``tokenizer_vocabulary`` is saved with that
     tokenizer (in its weights' dtype). A GGUF is dequantised once and saved (float32); a
-    random twin is saved in the dtype its config names. The facts record whether the
+    random twin is saved in the dtype its config names. A model whose repository has no
+    tokenizer takes the one of its ``tokenizer`` source (``borrowed_tokenizer``), saved in
+    the prepared folder (``facts.tokenizer_folder``). The facts record whether the
     checkpoint held the LM head (``lm_head_trained``).
     """
     source, init = model_config["source"], model_config.get("init", "trained")
+    borrowed = False
     remote_code = model_config.get("trust_remote_code", False)
     out = Path(out_folder)
     if source["kind"] in GGUF_KINDS:
@@ -204,6 +229,8 @@ def prepare_model(
         if source.get("tokenizer_vocabulary"):
             model, tokenizer = _with_vocabulary(source, folder, config, remote_code)
             weights = None
+        elif model_config.get("tokenizer"):
+            tokenizer, borrowed = borrowed_tokenizer(model_config["tokenizer"], download), True
         else:
             tokenizer = _checked_tokenizer(folder)
     if init == "random":
@@ -215,6 +242,7 @@ def prepare_model(
     out.mkdir(parents=True)
     if weights is None:
         model.save_pretrained(out)
+    if weights is None or borrowed:
         tokenizer.save_pretrained(out)
     (out / MODEL_METADATA).write_text(json.dumps(asdict(facts), indent=2) + "\n")
     return facts

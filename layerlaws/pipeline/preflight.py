@@ -12,6 +12,9 @@ before the first job runs (torch-free, so every dry run makes these checks in li
   ``coupling.ks`` is at most the hidden size of every coupling run's model.
 - A training's forward and backward pass (``training.<key>.micro_batch_size``) fits one
   GPU (``execution.gpu_memory_gb``) where its vocabulary is known.
+- Under ``hub_files`` (the record of the hub repositories' files), every hub model the
+  workflow prepares is recorded there, and one whose repository holds no tokenizer names
+  another source for it (``models.<key>.tokenizer``).
 - ``execution.device: cuda`` has a GPU when the jobs run on this machine
   (``device_problems``, checked once Snakemake has chosen where the jobs run).
 
@@ -28,6 +31,7 @@ from typing import Any
 from layerlaws.core.errors import LayerlawsError, problem_list, require_key
 from layerlaws.core.packages import distribution, install_command, package_file, package_folder
 from layerlaws.coupling.workflow import ks_beyond
+from layerlaws.models.hub_files import read_hub_files, tokenizer_problems
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.planning import JobPlanner
 from layerlaws.text.sources import CORPUS_DATA
@@ -142,6 +146,20 @@ def model_problems(expanded: ExpandedConfig) -> list[str]:
     return _source_problems(
         "models", prepared_models(expanded), expanded.models, model_source_problem
     )
+
+
+def hub_file_problems(expanded: ExpandedConfig) -> list[str]:
+    """Under the config's ``hub_files``: the data file reads, it records every hub model
+    the workflow prepares, and each whose repository has no tokenizer names another
+    source for it (``hub_files.tokenizer_problems``)."""
+    path = expanded.config.get("hub_files")
+    if not path:
+        return []
+    try:
+        record = read_hub_files(path)
+    except LayerlawsError as error:
+        return [str(error)]
+    return tokenizer_problems(record, expanded.models, prepared_models(expanded))
 
 
 def sampled_datasets(expanded: ExpandedConfig) -> list[str]:
@@ -285,13 +303,15 @@ def preflight_message(problems: list[str]) -> str:
 def preflight_problems(planner: JobPlanner) -> list[str]:
     """Every problem of the planner's expanded config that the files and packages of this
     machine show, a line each: dataset exclusions, the sources of the models and datasets
-    the workflow reads, token-view layers beyond a model's depth, a K of coupling.ks beyond
-    a model's hidden size, a training whose pass does not fit one GPU. (The device is checked
-    once the jobs' executor is known: ``device_problems``.)"""
+    the workflow reads, the hub models' recorded files and tokenizers, token-view layers
+    beyond a model's depth, a K of coupling.ks beyond a model's hidden size, a training
+    whose pass does not fit one GPU. (The device is checked once the jobs' executor is
+    known: ``device_problems``.)"""
     expanded = planner.expanded
     return [
         *exclude_problems(expanded.config),
         *model_problems(expanded),
+        *hub_file_problems(expanded),
         *dataset_problems(expanded),
         *token_view_problems(planner),
         *coupling_k_problems(planner),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from layerlaws.core.config_errors import file_problems, schema_problems
@@ -20,6 +21,9 @@ from layerlaws.pipeline.renamed_keys import renamed_key_errors
 from layerlaws.pipeline.targets import Targets, alternatives
 from layerlaws.synthetic.tasks import TASKS as ADDITION_TASKS
 
+REPOSITORY = Path(__file__).parents[2]
+"""The repository's folder (the workflow's Snakefile, its configs)."""
+
 
 def config_problems(config_files: Iterable[str], config: Mapping[str, Any]) -> list[str]:
     """What is wrong with the config, a line each: its files' YAML (keys given twice,
@@ -27,6 +31,14 @@ def config_problems(config_files: Iterable[str], config: Mapping[str, Any]) -> l
     values against the schema."""
     problems = [problem for path in config_files for problem in file_problems(path)]
     return problems or renamed_key_errors(config) or schema_problems(config)
+
+
+def hub_files_location(config: Mapping[str, Any]) -> str | None:
+    """The config's ``hub_files`` as a path that reads wherever the workflow runs (any
+    ``--directory``, a config file copied elsewhere): a relative one is relative to the
+    repository (``REPOSITORY``), where the paper config's record lies."""
+    path = config.get("hub_files")
+    return path if not path or Path(path).is_absolute() else str(REPOSITORY / path)
 
 
 def wildcard_patterns(config: Mapping[str, Any]) -> dict[str, str]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from layerlaws.equilearning.workflow import measures_geometry
+from layerlaws.models.hub_files import read_hub_files
 from layerlaws.pipeline.expansion import ExpandedConfig
 from layerlaws.pipeline.layout import Layout
 from layerlaws.pipeline.preflight import prepared_models
@@ -160,12 +161,22 @@ class Targets:
         return [self.layout.model_download(model)] if hub else []
 
     def download_settings(self, model: str) -> dict[str, Any]:
-        """What a hub model's download depends on: its source and ``trust_remote_code``."""
+        """What a hub model's download depends on: its source, ``trust_remote_code``, the
+        source of its ``tokenizer`` (fetched with it) and, under the config's ``hub_files``,
+        the files recorded for its repository (``path`` of the data file, ``files``)."""
         settings = self.expanded.models[model]
-        return {
+        found = {
             "source": copy.deepcopy(settings["source"]),
             "trust_remote_code": settings.get("trust_remote_code", False),
+            "tokenizer": copy.deepcopy(settings.get("tokenizer")),
         }
+        if self.config.get("hub_files"):
+            record = read_hub_files(self.config["hub_files"])
+            found["hub_files"] = {
+                "path": record.path,
+                "files": asdict(record.files(settings["source"])),
+            }
+        return found
 
     def _hub_dataset(self, dataset: str) -> bool:
         return self.config["datasets"][dataset]["source"]["kind"] == "hub"

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from layerlaws.core.settings import with_defaults
+from layerlaws.pipeline.startup import hub_files_location
 from layerlaws.rehearsal.counts import divided_counts, renamed_checkpoints
 from layerlaws.rehearsal.report import job_uses, uses_table
 from layerlaws.rehearsal.standins import write_standins
@@ -146,6 +147,7 @@ def main(argv: list[str]) -> int:
     config: dict = {}
     for path in configs:
         config = _merged(config, yaml.safe_load(path.read_text()))
+    config["hub_files"] = hub_files_location(config)
     started = time.monotonic()
     written = with_defaults(config)
     scaled = divided_counts(written)

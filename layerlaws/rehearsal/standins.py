@@ -5,7 +5,11 @@ A hub model id becomes a tiny random model of its family (``HUB_FAMILIES``: a ca
 a masked LM for BERT and RoBERTa, an encoder–decoder for T5) with a word-level tokenizer
 of the family's kind (each token of ``signatures.token_groups`` a token of its own),
 saved as the repository's snapshot at every revision the config names (each revision its
-own seed, so a series over revisions is not flat), under its ``subfolder``. A hub dataset
+own seed, so a series over revisions is not flat), under its ``subfolder``, with exactly
+the files the config's ``hub_files`` records for it (a repository without a tokenizer
+stood in without one, ``.bin`` weights where the hub has them, shards with their index),
+so that the rehearsal stops where the real hub would. A model's ``tokenizer`` source is
+stood in too; the stand-ins of one family share their tokenizer's vocabulary. A hub dataset
 becomes a few rows of real English (the offline Wikipedia summaries) in every split the
 config reads, with the config's text field and ``where`` fields, prepared in the datasets
 cache as ``datasets.load_dataset`` finds a dataset it has loaded before. Rows are long
@@ -16,8 +20,11 @@ enough for the trainings that read them, after the rehearsal's division of the c
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ from transformers import PreTrainedTokenizerFast
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.models.architectures import auto_class
+from layerlaws.models.hub_files import HubFiles, HubFilesRecord, read_hub_files
 from layerlaws.rehearsal.tiny_models import tiny_config
 from layerlaws.text.sources import wikipedia_summaries
 
@@ -151,16 +159,63 @@ def tokenizer_of(
     return tokenizer
 
 
+STANDIN_FILES = HubFiles(tokenizer=True, safetensors="single", bin="none")
+"""The files of a stand-in whose repository no ``hub_files`` record covers: a tokenizer
+and one safetensors file, as ``save_pretrained`` writes them."""
+SHARD_SIZE = "256KB"
+"""Largest shard of a sharded stand-in (a few shards for its 64-wide, 4-block model)."""
+REMOTE_CODE_FILE = "configuration_standin.py"
+"""The model code file of a stand-in whose repository holds some (never run: the stand-in
+is a model transformers knows)."""
+
+
+def _bin_name(name: str) -> str:
+    """The PyTorch name of a safetensors weights file (``model-00001-of-00002.safetensors``
+    → ``pytorch_model-00001-of-00002.bin``, the index's likewise)."""
+    return "pytorch_" + name.replace(".safetensors", ".bin")
+
+
+def save_weights(model: Any, folder: Path, files: HubFiles) -> None:
+    """``model``'s config and weights saved to ``folder`` in the formats of ``files``:
+    safetensors and PyTorch ``.bin`` (``torch.save`` of each safetensors file's tensors,
+    as the hub's older checkpoints hold them), each absent, one file, or sharded
+    (``SHARD_SIZE``) with its index."""
+    from safetensors.torch import load_file
+
+    for format_ in ("safetensors", "bin"):
+        layout = getattr(files, format_)
+        if layout == "none":
+            continue
+        with tempfile.TemporaryDirectory() as temporary:
+            saved = Path(temporary)
+            model.save_pretrained(
+                saved, max_shard_size=SHARD_SIZE if layout == "sharded" else "50GB"
+            )
+            for path in sorted(saved.iterdir()):
+                if format_ == "safetensors" or not path.name.startswith("model"):
+                    shutil.copy2(path, folder / path.name)
+                elif path.suffix == ".safetensors":
+                    torch.save(load_file(path), folder / _bin_name(path.name))
+                else:  # the index
+                    index = json.loads(path.read_text())
+                    index["weight_map"] = {k: _bin_name(v) for k, v in index["weight_map"].items()}
+                    (folder / _bin_name(path.name)).write_text(json.dumps(index, indent=2))
+    if files.remote_code:
+        (folder / REMOTE_CODE_FILE).write_text("# stand-in of the repository's model code\n")
+
+
 def save_standin(
     folder: Path,
     family: str,
     texts: Sequence[str],
     seed: int,
     extra_tokens: Sequence[str] = (),
+    files: HubFiles = STANDIN_FILES,
 ) -> None:
     """A tiny random ``family`` model (``LAYERS`` blocks of width ``WIDTH``, weights drawn
-    with ``seed``) and its tokenizer (``tokenizer_of``), saved to ``folder`` as
-    ``save_pretrained`` does."""
+    with ``seed``) saved to ``folder`` with exactly the files of ``files``
+    (``save_weights``), its tokenizer (``tokenizer_of``, which sizes its vocabulary) among
+    them only where ``files`` has one."""
     tokenizer = tokenizer_of(family, texts, extra_tokens)
     sizes: dict[str, Any] = {"hidden_size": WIDTH, "num_hidden_layers": LAYERS}
     if family == "t5":
@@ -175,8 +230,10 @@ def save_standin(
         sizes["attention_types"] = [[["global", "local"], LAYERS // 2]]
     config = tiny_config(family, tokenizer, **sizes)
     torch.manual_seed(seed)
-    auto_class(family).from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_weights(auto_class(family).from_config(config), folder, files)
+    if files.tokenizer:
+        tokenizer.save_pretrained(folder)
 
 
 def commit_of(model_id: str, revision: str) -> str:
@@ -193,17 +250,31 @@ class HubModel:
     subfolders: tuple[str, ...]
 
 
-def hub_models(config: Mapping[str, Any]) -> list[HubModel]:
-    """Every hub repository the config's models read, with its revisions and subfolders."""
-    revisions: dict[str, set[str]] = defaultdict(set)
-    subfolders: dict[str, set[str]] = defaultdict(set)
+def _hub_sources(config: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(id, revision, subfolder) of every hub source the config's models read: each
+    model's at each of its revisions, and its tokenizer's (``models.<key>.tokenizer``)."""
     for model in config["models"].values():
         source = model["source"]
-        if source.get("kind") != "hub":
-            continue
-        named = model.get("revisions") or [source.get("revision") or "main"]
-        revisions[source["id"]].update(named)
-        subfolders[source["id"]].add(source.get("subfolder") or "")
+        if source.get("kind") == "hub":
+            for revision in model.get("revisions") or [source.get("revision") or "main"]:
+                yield source["id"], revision, source.get("subfolder") or ""
+        tokenizer = model.get("tokenizer") or {}
+        if tokenizer.get("kind") == "hub":
+            yield (
+                tokenizer["id"],
+                tokenizer.get("revision") or "main",
+                tokenizer.get("subfolder") or "",
+            )
+
+
+def hub_models(config: Mapping[str, Any]) -> list[HubModel]:
+    """Every hub repository the config's models and their tokenizers read, with its
+    revisions and subfolders."""
+    revisions: dict[str, set[str]] = defaultdict(set)
+    subfolders: dict[str, set[str]] = defaultdict(set)
+    for model_id, revision, subfolder in _hub_sources(config):
+        revisions[model_id].add(revision)
+        subfolders[model_id].add(subfolder)
     return [
         HubModel(model_id, tuple(sorted(revisions[model_id])), tuple(sorted(subfolders[model_id])))
         for model_id in sorted(revisions)
@@ -211,18 +282,25 @@ def hub_models(config: Mapping[str, Any]) -> list[HubModel]:
 
 
 def write_hub_model(
-    cache: Path, model: HubModel, texts: Sequence[str], extra_tokens: Sequence[str] = ()
+    cache: Path,
+    model: HubModel,
+    texts: Sequence[str],
+    extra_tokens: Sequence[str] = (),
+    record: HubFilesRecord | None = None,
 ) -> None:
     """The stand-in of ``model`` in the hub cache ``cache``: a snapshot per revision (a
-    ref naming its commit), the model in each subfolder (``extra_tokens``: ``tokenizer_of``)."""
+    ref naming its commit), the model in each subfolder (``extra_tokens``: ``tokenizer_of``)
+    with the files ``record`` gives for that revision and subfolder (``STANDIN_FILES``
+    without a record)."""
     family = hub_family(model.model_id)
     repository = cache / f"models--{model.model_id.replace('/', '--')}"
     for number, revision in enumerate(model.revisions):
         commit = commit_of(model.model_id, revision)
         for subfolder in model.subfolders:
-            save_standin(
-                repository / "snapshots" / commit / subfolder, family, texts, number, extra_tokens
-            )
+            coordinates = {"id": model.model_id, "revision": revision, "subfolder": subfolder}
+            files = STANDIN_FILES if record is None else record.files(coordinates)
+            folder = repository / "snapshots" / commit / subfolder
+            save_standin(folder, family, texts, number, extra_tokens, files)
         (repository / "refs").mkdir(parents=True, exist_ok=True)
         (repository / "refs" / revision).write_text(commit)
 
@@ -413,8 +491,9 @@ def write_standins(config: Mapping[str, Any], home: Path) -> tuple[int, int]:
     # groups were written for do (Qwen2.5's /a), so that their jobs run.
     groups = config["signatures"]["token_groups"].values()
     extra_tokens = sorted({token for group in groups for token in group["tokens"]})
+    record = read_hub_files(config["hub_files"]) if config.get("hub_files") else None
     for model in models_found:
-        write_hub_model(home / "hub", model, texts[:400], extra_tokens)
+        write_hub_model(home / "hub", model, texts[:400], extra_tokens, record)
     for dataset in datasets_found:
         write_hub_dataset(home / "datasets", dataset, texts)
     return len(models_found), len(datasets_found)

@@ -4,6 +4,7 @@ code offline, and the benchmark files of a real Snakemake run read against the p
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import shutil
 import subprocess
@@ -17,12 +18,14 @@ import yaml
 
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import with_defaults
-from layerlaws.models.loading import load_model
+from layerlaws.models.hub_files import HubFiles, HubFilesRecord, files_of_listing
+from layerlaws.models.loading import load_model, load_tokenizer
 from layerlaws.models.preparation import prepare_model
 from layerlaws.rehearsal.counts import divided_counts, renamed_checkpoints
 from layerlaws.rehearsal.report import job_uses
 from layerlaws.rehearsal.standins import (
     LAYERS,
+    STANDIN_FILES,
     WIDTH,
     WORDS_PER_TOKEN,
     hub_datasets,
@@ -260,3 +263,68 @@ def test_job_uses_read_the_last_line_of_real_jobs_logs(tmp_path):
     assert 0.2 <= big.ratio <= 1 and small.ratio == pytest.approx(small.peak_mb / 10)
     assert 0 <= big.seconds < 30
     assert "of host memory at peak" in (tmp_path / "free.log").read_text().splitlines()[-1]
+
+
+@pytest.fixture
+def recorded_home():
+    """The Hugging Face home the tests read offline, its stand-ins of a repository
+    without a tokenizer and of its tokenizer's repository removed after."""
+    from huggingface_hub import constants
+
+    home = Path(constants.HF_HUB_CACHE).parent
+    written = [
+        home / "hub" / "models--rehearsal-test--gpt2-no-tokenizer",
+        home / "hub" / "models--rehearsal-test--gpt2",
+    ]
+    assert not any(path.exists() for path in written)
+    yield home
+    for path in written:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_stand_ins_hold_exactly_the_recorded_files_and_borrow_a_tokenizer(recorded_home, tmp_path):
+    """A repository recorded without a tokenizer and with sharded .bin weights is stood in
+    with exactly those files (its listing reads back as the record); its preparation stops
+    without a tokenizer source, and with one (another stand-in of its family) takes that
+    tokenizer, which every job then reads from the prepared folder."""
+    texts = [f"the {number} word sentence of the test number {number} ." for number in range(50)]
+    source = {
+        "kind": "hub",
+        "id": "rehearsal-test/gpt2-no-tokenizer",
+        "subfolder": "m/transformers",
+    }
+    tokenizer_source = {"kind": "hub", "id": "rehearsal-test/gpt2"}
+    recorded = HubFiles(tokenizer=False, safetensors="none", bin="sharded")
+    record_file = tmp_path / "hub_files.yaml"
+    record_file.write_text(
+        yaml.safe_dump(
+            {
+                "repositories": [
+                    {"ids": [source["id"]], "subfolders": ["*"], "basis": "a test",
+                     **dataclasses.asdict(recorded)},
+                    {"ids": [tokenizer_source["id"]], "basis": "a test",
+                     **dataclasses.asdict(STANDIN_FILES)},
+                ]
+            }
+        )
+    )  # fmt: skip
+    config = {"models": {"c4": {"source": source, "tokenizer": tokenizer_source}}}
+    record = HubFilesRecord.read(record_file)
+    models = hub_models(config)
+    assert [model.model_id for model in models] == [tokenizer_source["id"], source["id"]]
+    for model in models:
+        write_hub_model(recorded_home / "hub", model, texts, record=record)
+    snapshot = recorded_home / "hub" / "models--rehearsal-test--gpt2-no-tokenizer" / "snapshots"
+    (root,) = snapshot.iterdir()
+    listing = [str(path.relative_to(root)) for path in root.rglob("*") if path.is_file()]
+    assert files_of_listing(listing, source["subfolder"]) == recorded
+    assert sum(name.endswith(".bin") for name in listing) > 1
+    with pytest.raises(LayerlawsError, match="has no usable tokenizer"):
+        prepare_model({"source": source}, tmp_path / "alone")
+    prepare_model({"source": source, "tokenizer": tokenizer_source}, tmp_path / "borrowed")
+    tokenizer = load_tokenizer(tmp_path / "borrowed")
+    model = load_model(tmp_path / "borrowed", "float32", "cpu")
+    ids = tokenizer(texts[3], return_tensors="pt")["input_ids"]
+    assert len(tokenizer) > 50 and ids.shape[1] >= len(texts[3].split())
+    assert tokenizer.unk_token_id not in ids[0].tolist()
+    assert model(ids).logits.shape == (1, ids.shape[1], model.config.vocab_size)

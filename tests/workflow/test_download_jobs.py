@@ -10,12 +10,15 @@ import copy
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import yaml
 from fake_hub import cached_snapshot
 from huggingface_hub import constants
 from snakemake_runs import REPO, run_ok, snakemake, write_config
+
+from layerlaws.models.hub_files import files_of_listing
 
 MODEL_ID = "layerlaws-test/hub-llama"
 COMMIT = "00112233445566778899aabbccddeeff00112233"
@@ -124,3 +127,68 @@ def test_a_cluster_job_reads_the_hub_offline_unless_told(base_config, tmp_path):
     assert errors[0].startswith(f"model {MODEL_ID!r} (revision main) is not in the Hugging Face")
     assert "this job runs offline (HF_HUB_OFFLINE=1)" in errors[0]
     assert errors[1].startswith(f"could not fetch model {MODEL_ID!r} (revision main): ")
+
+
+def recorded(tmp_path: Path, config: dict, tokenizer: bool) -> None:
+    """``config`` (the hub model's) with ``hub_files``: a record beside it giving the
+    model's repository one safetensors file and a tokenizer or none."""
+    entry = {"ids": [MODEL_ID], "tokenizer": tokenizer, "safetensors": "single", "bin": "none"}
+    (tmp_path / "hub_files.yaml").write_text(
+        yaml.safe_dump({"repositories": [{**entry, "basis": "the test's snapshot"}]})
+    )
+    write_config(tmp_path, {**config, "hub_files": str(tmp_path / "hub_files.yaml")})
+
+
+def test_a_listing_that_differs_from_the_record_stops_the_download_in_one_line(
+    base_config, llama_folder, gpt2_folder, tmp_path
+):
+    """The record says the repository holds no tokenizer (the model names another), the
+    hub's snapshot holds one: the download stops with the line naming the record."""
+    config = hub_config(base_config, base_config["datasets"]["mini"]["source"])
+    config["models"]["hub-llama"]["tokenizer"] = {"kind": "local", "path": str(gpt2_folder)}
+    recorded(tmp_path, config, tokenizer=False)
+    with cached_snapshot(llama_folder, MODEL_ID, COMMIT):
+        result = snakemake(tmp_path, "download")
+    assert result.returncode != 0
+    record = tmp_path / "hub_files.yaml"
+    assert error_lines(tmp_path / "results/logs/download_model/hub-llama.log") == [
+        f"hub model {MODEL_ID!r} (revision main) differs from its record in {record} "
+        f"(tokenizer: recorded False, the hub lists True): update the entry in {record} from "
+        f"the hub's listing (and models.<key>.tokenizer where the tokenizer changed), then "
+        f"download again"
+    ]
+
+
+def test_a_repository_without_a_tokenizer_borrows_one_through_download_and_preparation(
+    base_config, llama_folder, tmp_path
+):
+    """A repository recorded (and stood in) without a tokenizer: a model naming none stops
+    before the first job, with the key to set; named as another hub repository, the
+    download fetches both, the preparation saves that tokenizer beside the model's facts
+    (its weights read where they lie) and the model's pass reads it."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in llama_folder.iterdir():
+        if not files_of_listing([path.name]).tokenizer:
+            shutil.copy2(path, bare / path.name)
+    config = hub_config(base_config, base_config["datasets"]["mini"]["source"])
+    recorded(tmp_path, config, tokenizer=False)
+    stopped = snakemake(tmp_path, "download", "--dry-run")
+    assert stopped.returncode != 0
+    assert "holds no tokenizer" in stopped.stdout + stopped.stderr
+    assert "set models.hub-llama.tokenizer to the source" in stopped.stdout + stopped.stderr
+    tokenizer_id = "layerlaws-test/hub-llama-tokenizer"
+    config["models"]["hub-llama"]["tokenizer"] = {"kind": "hub", "id": tokenizer_id}
+    recorded(tmp_path, config, tokenizer=False)
+    tokenizer_commit = "ffeeddccbbaa99887766554433221100ffeeddcc"
+    with (
+        cached_snapshot(bare, MODEL_ID, COMMIT) as snapshot,
+        cached_snapshot(llama_folder, tokenizer_id, tokenizer_commit),
+    ):
+        run_ok(tmp_path, "results/equilearning/hub-llama/mini/pr.csv")
+    record = json.loads((tmp_path / "results/downloads/hub-llama.json").read_text())
+    assert record["tokenizer"]["commit"] == tokenizer_commit
+    prepared = tmp_path / "results/models/hub-llama"
+    facts = json.loads((prepared / "layerlaws_model.json").read_text())
+    assert facts["weights"] == str(snapshot)
+    assert files_of_listing(path.name for path in prepared.iterdir()).tokenizer
