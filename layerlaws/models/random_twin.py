@@ -297,6 +297,8 @@ class _Placer:
             if self.quantized:
                 quantize_like(self.twin, self.model, within=name)
                 module = self.twin.get_submodule(name)
+                for visited in module.modules():  # the new layers too, as later passes skip
+                    visited._is_hf_initialized = True
             module.to(device)  # a 4-bit layer is quantised as it moves
         else:
             for owner, tensor_name, _ in _tensors(module, whole):
