@@ -100,11 +100,10 @@ def load_model(
     options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
     quantized = quantization_config(quantization, torch_dtype(dtype))
     if quantized is not None:
-        # Quantised weights are placed as they load: they cannot be moved after.
         options["quantization_config"] = quantized
-        options["device_map"] = {"": placement} if isinstance(placement, str) else placement
-    elif not isinstance(placement, str):
-        options["device_map"] = dict(placement)
+    # Placed as they load, a shard at a time: the host never holds the whole model (and
+    # quantised weights cannot be moved after).
+    options["device_map"] = {"": placement} if isinstance(placement, str) else dict(placement)
     from transformers import AutoConfig
 
     weights = str(weights_folder(folder))
@@ -114,8 +113,6 @@ def load_model(
     if quantized is not None:
         check_quantized(model, quantization)
         keep_differentiable(model)
-    elif isinstance(placement, str):
-        model = model.to(placement)
     return model.eval().requires_grad_(False)
 
 
