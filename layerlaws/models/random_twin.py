@@ -73,13 +73,15 @@ class _DrawsOnTheHost(TorchDispatchMode):
     """Every seeded random operation on the meta device also run, and its result dropped,
     on the host: the host's generator advances as a construction on the host advances
     it, while the tensors stay on the meta device. While a pass ``visiting`` a module
-    runs, each storage an operation writes is recorded with that module in
-    ``last_writer``."""
+    runs, each meta storage an operation writes is recorded with that module in
+    ``last_writer`` (by the storage's address, the storage kept, so that no later one
+    takes its address)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.visiting: Any = None
         self.last_writer: dict[int, Any] = {}
+        self.written: list[torch.UntypedStorage] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -87,8 +89,10 @@ class _DrawsOnTheHost(TorchDispatchMode):
         if meta and torch.Tag.nondeterministic_seeded in func.tags:
             host_args, host_kwargs = tree_map(_on_host, (args, kwargs))
             func(*host_args, **host_kwargs)
-        if self.visiting is not None and func._schema.is_mutable:
-            self.last_writer[args[0].untyped_storage()._cdata] = self.visiting
+        if self.visiting is not None and func._schema.is_mutable and _is_meta(args[0]):
+            storage = args[0].untyped_storage()
+            self.last_writer[storage._cdata] = self.visiting
+            self.written.append(storage)
         return func(*args, **kwargs)
 
 
