@@ -63,9 +63,7 @@ def whole_twin(model, dtype: torch.dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_twin_drawn_block_by_block_is_the_whole_models_twin(
-    family, dtype, tokenizer, tmp_path
-):
+def test_the_twin_drawn_block_by_block_is_the_whole_models_twin(family, dtype, tokenizer, tmp_path):
     folder = save_tiny_model(tmp_path, family, tokenizer, **family_sizes(family))
     model = load_model(folder, dtype, "cpu", attention="eager")
     twin = randomly_initialised_twin(model, SEED)
@@ -172,7 +170,6 @@ def test_drawing_the_twin_holds_about_one_block_on_the_host():
             env=os.environ | SMALL_MAPPED,
         ).stdout
     )
-    print("MEASURED", measured)
     assert measured["on_meta"]
     assert measured["whole"] > 12 * measured["block"]
     assert measured["growth"] <= 2 * measured["block"] + SLACK, measured
