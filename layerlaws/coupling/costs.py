@@ -16,12 +16,14 @@ Host memory: a coupling job writes each prompt's measurement to a file as soon a
 measured and the outputs from those files a prompt at a time
 (``layerlaws.coupling.prompt_set``), so it holds one prompt's measurement
 (``prompt_host_bytes``) and, for the whole job, the prompts' tokens and the depth means'
-running sums (``set_host_bytes``); before its first prompt, the random twin drawn in
-float32 on the CPU (``layerlaws.models.preparation.randomly_initialised``).
+running sums (``set_host_bytes``); before its first prompt, the random twin, drawn one
+block at a time in float32 on the host and sent to its device
+(``layerlaws.models.random_twin``: ``twin_host_bytes``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +57,12 @@ sum of the depth means."""
 ROW_DISK_BYTES = 64
 """Disk of one table row: a CSV line of about 45 bytes, and about as much in its
 prompt's file."""
+BLOCK_SPREAD = 2
+"""The largest block's parameters as a multiple of the mean block's, at most: Jamba's
+mixture-of-experts blocks hold about 1.8 times the mean (transformer blocks are alike)."""
+TWIN_COPIES = 2
+"""Copies of a unit of the random twin on the host while it is placed: its float32 weights,
+then its cast (half as large in bfloat16) and the checks' temporaries."""
 TOKEN_BYTES = 256
 """Host memory of one token of the prompt set, held for the whole job: its id in the
 job's lists and its text (a short Python string, for the trajectories table)."""
@@ -206,6 +214,17 @@ def coupling_output_bytes(
     return 2 * (prompts * every + jacobian_prompts * jacobians)
 
 
+def twin_host_bytes(size: ModelSize) -> int:
+    """Host memory of drawing the random twin (``layerlaws.models.random_twin``): one unit
+    at a time in float32 — the largest block (the blocks' mean share of the parameters
+    beside the input embeddings, times ``BLOCK_SPREAD``) or the embeddings (vocabulary ×
+    width), whichever is larger — ``TWIN_COPIES`` times. Llama-3-70B: 13.9 GB, not the
+    282 GB of its whole float32 twin."""
+    embeddings = size.vocab_size * size.hidden_size
+    block = max(0, size.parameters - embeddings) / size.num_layers * BLOCK_SPREAD
+    return math.ceil(TWIN_COPIES * 4 * max(block, embeddings))
+
+
 def coupling_needs(
     *,
     size: ModelSize,
@@ -230,9 +249,11 @@ def coupling_needs(
     known yet, sized by its config entry alone, as token-local).
 
     Host, beyond what ``model_pass_needs`` counts: the larger of the random twin as it is
-    made — drawn in float32 on the CPU, else the step-0 weights read there — and one
-    prompt's measurement (``prompt_host_bytes``), plus what the whole job holds
-    (``set_host_bytes``); on the CPU the twin's own weights are the device's.
+    made — drawn a block at a time (``twin_host_bytes``), else the step-0 weights loaded
+    as the trained ones are, a shard at a time (counted with them) — and one prompt's
+    measurement (``prompt_host_bytes``), plus what the whole job holds
+    (``set_host_bytes``); on the CPU the twin's weights are the device's, counted with
+    them.
 
     Disk: the prompts' files and the outputs written from them, about twice the outputs
     (``coupling_output_bytes``)."""
@@ -256,9 +277,7 @@ def coupling_needs(
     svd = settings["svd"] if settings["svd"] != AUTO else shape.cheaper_svd(token_local)
     held = size.hidden_size if svd != MATRIX_FREE else max(settings["ks"]) * 2
     jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4
-    twin = size.parameters * 4 if not step_zero else weights_bytes(size, dtype, quantization)
-    if not on_gpu:  # the twin's weights in their dtype are counted with the device's
-        twin -= weights_bytes(size, dtype, quantization)
+    twin = 0 if step_zero else twin_host_bytes(size)
     return model_pass_needs(
         size=size,
         dtype=dtype,

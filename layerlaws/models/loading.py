@@ -24,14 +24,13 @@ from layerlaws.models.architectures import (
 from layerlaws.models.devices import DeviceClaim, DeviceRequest
 from layerlaws.models.facts import ModelFacts, read_facts, tokenizer_folder, weights_folder
 from layerlaws.models.placement import check_fits, device_budgets, device_map
-from layerlaws.models.preparation import randomly_initialised, skeleton_of
+from layerlaws.models.preparation import skeleton_of
 from layerlaws.models.quantization import (
     check_quantized,
     keep_differentiable,
     quantization_config,
-    quantize_like,
-    quantized_modules,
 )
+from layerlaws.models.random_twin import randomly_initialised_twin
 from layerlaws.models.weight_files import readable_safetensors
 
 log = logging.getLogger(__name__)
@@ -101,11 +100,10 @@ def load_model(
     options: dict[str, Any] = {} if attention is None else {"attn_implementation": attention}
     quantized = quantization_config(quantization, torch_dtype(dtype))
     if quantized is not None:
-        # Quantised weights are placed as they load: they cannot be moved after.
         options["quantization_config"] = quantized
-        options["device_map"] = {"": placement} if isinstance(placement, str) else placement
-    elif not isinstance(placement, str):
-        options["device_map"] = dict(placement)
+    # Placed as they load, a shard at a time: the host never holds the whole model (and
+    # quantised weights cannot be moved after).
+    options["device_map"] = {"": placement} if isinstance(placement, str) else dict(placement)
     from transformers import AutoConfig
 
     weights = str(weights_folder(folder))
@@ -115,8 +113,6 @@ def load_model(
     if quantized is not None:
         check_quantized(model, quantization)
         keep_differentiable(model)
-    elif isinstance(placement, str):
-        model = model.to(placement)
     return model.eval().requires_grad_(False)
 
 
@@ -156,23 +152,6 @@ def claimed_model(
     (``placed_model``). Yields (model, claim); the devices are held until the block ends."""
     with logged_claim(request, context) as claim:
         yield placed_model(folder, dtype, claim.devices, quantization), claim
-
-
-def randomly_initialised_twin(model: Any, init_seed: int) -> Any:
-    """A model of the same architecture and config with freshly initialised weights, placed
-    like ``model`` and quantised like it."""
-    twin = randomly_initialised(model, init_seed)
-    reference = model.get_input_embeddings().weight  # never quantised
-    twin = twin.to(reference.dtype)
-    if quantized_modules(model):
-        twin = quantize_like(twin, model)
-    if getattr(model, "hf_device_map", None):
-        from accelerate import dispatch_model
-
-        twin = dispatch_model(twin, device_map=model.hf_device_map)
-    else:
-        twin = twin.to(reference.device)
-    return twin.eval().requires_grad_(False)
 
 
 def coupling_twins(

@@ -96,28 +96,38 @@ def keep_differentiable(model: Any) -> Any:
     return model
 
 
-def quantize_like(twin: Any, model: Any) -> Any:
+def quantize_like(twin: Any, model: Any, within: str = "") -> Any:
     """``twin`` (an unquantised model of ``model``'s architecture, on the CPU) with the
-    modules that are quantised in ``model`` replaced by quantised ones of the same kind
-    holding the twin's weights; they are quantised when the twin is moved to its device."""
+    modules that are quantised in ``model`` (those in its module ``within``, by default
+    all) replaced by quantised ones of the same kind holding the twin's weights; they are
+    quantised when they are moved to their device. The host's generator is left as it was
+    (a new layer draws its own weights as it is built)."""
+    import torch
+
     nn = bitsandbytes().nn
     modules = dict(model.named_modules())
-    for name in quantized_modules(model):
-        linear, like = twin.get_submodule(name), modules[name]
-        shape = (linear.in_features, linear.out_features, linear.bias is not None)
-        if isinstance(like, nn.Linear4bit):
-            quantized = nn.Linear4bit(
-                *shape,
-                compute_dtype=like.compute_dtype,
-                compress_statistics=like.weight.compress_statistics,
-                quant_type=like.weight.quant_type,
-                quant_storage=like.weight.quant_storage,
-            )
-        else:
-            quantized = nn.Linear8bitLt(
-                *shape, has_fp16_weights=False, threshold=like.state.threshold
-            )
-        quantized.load_state_dict(linear.state_dict())
-        parent, _, child = name.rpartition(".")
-        setattr(twin.get_submodule(parent) if parent else twin, child, quantized)
+    inside = [
+        name
+        for name in quantized_modules(model)
+        if not within or name == within or name.startswith(within + ".")
+    ]
+    with torch.random.fork_rng(devices=[]):
+        for name in inside:
+            linear, like = twin.get_submodule(name), modules[name]
+            shape = (linear.in_features, linear.out_features, linear.bias is not None)
+            if isinstance(like, nn.Linear4bit):
+                quantized = nn.Linear4bit(
+                    *shape,
+                    compute_dtype=like.compute_dtype,
+                    compress_statistics=like.weight.compress_statistics,
+                    quant_type=like.weight.quant_type,
+                    quant_storage=like.weight.quant_storage,
+                )
+            else:
+                quantized = nn.Linear8bitLt(
+                    *shape, has_fp16_weights=False, threshold=like.state.threshold
+                )
+            quantized.load_state_dict(linear.state_dict())
+            parent, _, child = name.rpartition(".")
+            setattr(twin.get_submodule(parent) if parent else twin, child, quantized)
     return keep_differentiable(twin)

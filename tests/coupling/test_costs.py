@@ -15,9 +15,11 @@ from layerlaws.coupling.costs import (
     PromptShape,
     coupling_merge_needs,
     coupling_needs,
+    prompt_host_bytes,
     sketch_products,
+    twin_host_bytes,
 )
-from layerlaws.forward.costs import ModelSize
+from layerlaws.forward.costs import HOST_BASE_MB, ModelSize
 from layerlaws.pipeline.planning import gpu_hours_line
 
 PAPER = ("paper", "unnormalised")
@@ -114,13 +116,29 @@ def test_a_coupling_jobs_host_memory_grows_with_its_prompts_by_their_tokens_alon
     assert many.disk_mb - few.disk_mb > 2 * streams_mb  # its files, then its outputs
 
 
-def test_a_coupling_job_plans_its_random_twin_drawn_in_float32_on_the_host():
-    """A drawn twin of a 70B model is 70.55e9 float32 numbers on the CPU before it is
-    quantised and moved; a training's step-0 checkpoint is read instead, at most its nf4
-    size (about 40 GiB)."""
+def test_a_coupling_job_plans_its_random_twin_drawn_one_block_at_a_time():
+    """A drawn twin of a 70B Llama holds one unit at a time on the host, in float32: twice
+    (``TWIN_COPIES``) twice the mean block (``BLOCK_SPREAD``), 4 × 2 × 2 ×
+    (70,553,706,496 − 128,256 × 8,192) / 80 bytes, not the 282 GB of the whole twin; a
+    training's step-0 checkpoint is loaded as the trained weights are, a shard at a time
+    (counted with them), and one prompt's measurement is the larger. Beside it, the job's
+    base, one shard of weights and the prompts' tokens."""
     drawn, read = planned(1201), planned(1201, step_zero=True)
-    assert 70_553_706_496 * 4 / GIB < drawn.mem_mb / 1024 < 70_553_706_496 * 4 / GIB + 10
-    assert 40 < read.mem_mb / 1024 < 50
+    block = (70_553_706_496 - 128_256 * 8192) / 80
+    assert twin_host_bytes(LLAMA_70B) == pytest.approx(4 * 2 * 2 * block, abs=1)
+    prompt = prompt_host_bytes(LLAMA_70B, 128, PAPER_SETTINGS)
+    assert prompt < twin_host_bytes(LLAMA_70B)
+    assert (drawn.mem_mb - read.mem_mb) * 2**20 == pytest.approx(4 * 4 * block - prompt, abs=2**20)
+    held = HOST_BASE_MB * 2**20 + 5 * GIB + prompt + 1201 * 128 * TOKEN_BYTES
+    assert held < read.mem_mb * 2**20 < held + GIB
+    assert drawn.mem_mb / 1024 < 64
+
+
+def test_a_twin_whose_embeddings_outweigh_its_blocks_plans_its_embeddings():
+    """GPT-2 (124M): its 50,257 × 768 token embeddings are larger than twice its mean
+    block, so they are the unit the host holds."""
+    gpt2 = ModelSize(124_439_808, 12, 768, 50_257, "gpt2")
+    assert twin_host_bytes(gpt2) == 4 * 2 * 50_257 * 768
 
 
 def test_the_merge_of_coupling_shards_holds_one_prompt():

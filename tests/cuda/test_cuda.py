@@ -1,7 +1,8 @@
 """The GPU paths on a real CUDA device: a bfloat16 model pass against float64 lstsq on
 float32 states, device claims, a real out-of-memory split, a device map over the visible
 GPUs, a bfloat16-autocast training step, the Jacobians of blocks quantised to 4 bits (nf4
-and fp4) by bitsandbytes' CUDA kernels.
+and fp4) by bitsandbytes' CUDA kernels, the coupling's random twin drawn onto the GPUs a
+block at a time.
 
 Every test is marked ``cuda`` and runs wherever torch sees a CUDA device; elsewhere each is
 skipped, saying that no CUDA device is visible and why. The references are computed on the
@@ -34,8 +35,9 @@ from layerlaws.models.devices import claim_devices
 from layerlaws.models.facts import weights_folder
 from layerlaws.models.loading import load_model, load_tokenizer, plan_placement
 from layerlaws.models.placement import device_budgets, device_map
-from layerlaws.models.preparation import prepare_model, skeleton_of
-from layerlaws.models.quantization import quantized_modules
+from layerlaws.models.preparation import prepare_model, randomly_initialised, skeleton_of
+from layerlaws.models.quantization import quantize_like, quantized_modules
+from layerlaws.models.random_twin import randomly_initialised_twin
 from layerlaws.text.tokens import tokenize_sentences
 from layerlaws.training.plan import TrainingSpec, checkpoint_folder
 from layerlaws.training.train import model_config, packed_texts, train
@@ -335,22 +337,57 @@ def test_training_steps_run_under_bfloat16_autocast_with_float32_weights(texts, 
         assert abs(record["held_out_loss"] - expected) <= AUTOCAST_LOSS_BOUND, step
 
 
+FOUR_BIT_SIZES = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 64,
+}
+"""A tiny Llama whose layers bitsandbytes quantises in blocks of 64."""
+
+
 @pytest.mark.parametrize("quantization", ["nf4", "fp4"])
 def test_four_bit_blocks_jacobians_on_the_gpu_are_their_own(texts, tmp_path, quantization):
     """A tiny Llama quantised to nf4 and to fp4 (Aubry et al.'s demo: load_in_4bit without
     a type) on the GPU: every linear layer a 4-bit layer of that type, and each block's
     Jacobian by both product paths (token-local, not fallen back) against the whole-model
     autograd reference on the same device, to float32's bound."""
-    sizes = {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "max_position_embeddings": 64,
-    }
-    folder = save_tiny_model(tmp_path, "llama", llama_tokenizer(texts), **sizes)
+    folder = save_tiny_model(tmp_path, "llama", llama_tokenizer(texts), **FOUR_BIT_SIZES)
     model = load_model(folder, "float32", "cuda:0", "eager", quantization)
     layers = quantized_modules(model)
     assert len(layers) == 14
     assert {model.get_submodule(name).weight.quant_type for name in layers} == {quantization}
     assert_blocks_jacobians(model, torch.tensor([[1, 5, 9, 14, 3]], device="cuda:0"), 1e-5)
+
+
+@pytest.mark.parametrize("quantization", ["none", "nf4"])
+def test_the_random_twin_drawn_onto_the_gpu_is_the_whole_twin(texts, tmp_path, quantization):
+    """The coupling's random twin of a tiny Llama in bfloat16 on the GPU, drawn a block at
+    a time (in nf4 each block quantised as it is placed, by bitsandbytes' CUDA kernels):
+    every weight on the GPU and equal to the whole twin drawn on the host, cast,
+    quantised like the model and moved as a whole."""
+    folder = save_tiny_model(tmp_path, "llama", llama_tokenizer(texts), **FOUR_BIT_SIZES)
+    model = load_model(folder, "bfloat16", "cuda:0", "eager", quantization)
+    twin = randomly_initialised_twin(model, 3)
+    reference = randomly_initialised(model, 3).to(torch.bfloat16)
+    if quantization != "none":
+        reference = quantize_like(reference, model)
+    drawn, expected = twin.state_dict(), reference.to("cuda:0").state_dict()
+    assert drawn.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert drawn[name].device == torch.device("cuda:0"), name
+        assert torch.equal(drawn[name], tensor), name
+    assert len(quantized_modules(twin)) == (14 if quantization == "nf4" else 0)
+
+
+def test_the_random_twin_follows_the_device_map_over_the_visible_gpus(tiny):
+    """Each block of the twin lands on the GPU of the model's balanced device map."""
+    folder = tiny[0]
+    devices = [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    plan = plan_placement(folder, "float32", devices, device_budgets(devices))
+    plan = plan if isinstance(plan, dict) else {"": plan}
+    twin = randomly_initialised_twin(load_model(folder, "float32", plan, "eager"), 0)
+    for module, device in plan.items():
+        placed = {p.device for p in twin.get_submodule(module).parameters()}
+        assert placed == {torch.device(device)}, module

@@ -48,6 +48,17 @@ def test_a_planner_sizes_a_revision_of_a_series_before_anything_runs(tmp_path):
     assert {row["job"] for row in rows} == {"equilearning_pass", "measure_coupling"}
 
 
+def test_every_coupling_job_of_the_paper_config_fits_a_nodes_share_of_host_memory(tmp_path):
+    """The random twin is drawn a block at a time (``coupling.costs.twin_host_bytes``):
+    no coupling job of the paper config, Llama-3-70B's included, plans more than 64 GiB of
+    host memory (Llama-3-70B's whole float32 twin alone took 263 GiB)."""
+    planner = JobPlanner.from_config(validated("configs/paper.yaml"), Layout(str(tmp_path)))
+    rows = [row for row in planner.plan() if row["job"].startswith("measure_coupling")]
+    assert len(rows) > 100 and "llama3-70b" in {row["model"] for row in rows}
+    over = [(row["model"], row["mem_mb"]) for row in rows if row["mem_mb"] > 64 * 1024]
+    assert not over
+
+
 def test_a_planner_reads_a_prepared_model_from_the_layout(tmp_path):
     layout = Layout(str(tmp_path / "out"))
     config = validated("configs/paper.yaml")
