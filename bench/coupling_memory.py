@@ -46,18 +46,19 @@ REPEATS = 3
 WORDS = 500
 
 
-def prompt_texts(count: int) -> list[str]:
-    """``count`` texts of LENGTH − 1 words of a WORDS-word vocabulary, seeded."""
+def prompt_texts(count: int, length: int = LENGTH) -> list[str]:
+    """``count`` texts of ``length`` − 1 words of a WORDS-word vocabulary, seeded."""
     generator = random.Random(0)
     return [
-        " ".join(f"w{generator.randrange(WORDS)}" for _ in range(LENGTH - 1)) for _ in range(count)
+        " ".join(f"w{generator.randrange(WORDS)}" for _ in range(length - 1)) for _ in range(count)
     ]
 
 
-def tiny_llama(folder: Path) -> Path:
-    """The benchmark's model and its word-level tokenizer (every word known), saved."""
+def tiny_llama(folder: Path, sizes: dict[str, int] = SIZES) -> Path:
+    """A random Llama of ``sizes`` (the benchmark's by default) and its word-level
+    tokenizer (every word known), saved."""
     vocabulary = " ".join(f"w{word}" for word in range(WORDS))
-    return save_tiny_model(folder, "llama", tokenizer_of("llama", [vocabulary]), **SIZES)
+    return save_tiny_model(folder, "llama", tokenizer_of("llama", [vocabulary]), **sizes)
 
 
 def run_coupling(workdir: Path, config: dict) -> Path:

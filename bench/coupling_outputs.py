@@ -1,10 +1,10 @@
 """Benchmark: the bytes a coupling job writes per prompt, with ``coupling.keep_arrays`` at
 its default (the figures' prompt) and at ``all``, against the planner's figure.
 
-The workflow's ``measure_coupling`` job (Snakemake runs its rule and script) of the same
-small random Llama as ``bench/coupling_memory.py`` (d = 256, L = 48: 3.2 MB of float32
-streams per prompt and weights) and its random twin, on the CPU, over 8 prompts of 64
-tokens, the Jacobians on the first 2; each run in a fresh workflow folder. The bytes are
+The workflow's ``measure_coupling`` job (Snakemake runs its rule and script) of a small
+random Llama (d = 128, L = 12: 213 kB of float32 streams per prompt and weights) and its
+random twin, on the CPU, over 8 prompts of 32 tokens, the Jacobians on the first 2; each
+run in a fresh workflow folder (``bench/coupling_memory.py``'s). The bytes are
 those of the job's outputs (its tables and arrays, ``layerlaws.coupling.prompt_set``);
 the planner's are ``layerlaws.coupling.costs.coupling_output_bytes`` for the same model
 size, prompts and settings (the tables' rows at ``ROW_DISK_BYTES`` each).
@@ -22,12 +22,15 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from coupling_memory import LENGTH, SIZES, prompt_texts, run_coupling, tiny_llama
+from coupling_memory import prompt_texts, run_coupling, tiny_llama
 
 from layerlaws.core.settings import with_defaults
 from layerlaws.coupling.costs import OutputPrompts, coupling_output_bytes
 from layerlaws.forward.costs import ModelSize
 
+SIZES = {"hidden_size": 128, "num_hidden_layers": 12, "intermediate_size": 256}
+LENGTH = 32
+"""Tokens per prompt, BOS included."""
 PROMPTS = 8
 JACOBIAN_PROMPTS = 2
 OUTPUTS = (
@@ -52,7 +55,7 @@ def bench_config(model: Path, workdir: Path, keep: str) -> dict:
         "coupling": {
             "prompts": {
                 "bench": {
-                    "texts": prompt_texts(PROMPTS),
+                    "texts": prompt_texts(PROMPTS, LENGTH),
                     "max_tokens": LENGTH,
                     "jacobian_prompts": JACOBIAN_PROMPTS,
                     "jacobian_draw": "first",
@@ -87,7 +90,7 @@ def main() -> None:
         f"Llama of d = {SIZES['hidden_size']}, L = {SIZES['num_hidden_layers']}, on the CPU"
     )
     with tempfile.TemporaryDirectory() as scratch:
-        model = tiny_llama(Path(scratch) / "model")
+        model = tiny_llama(Path(scratch) / "model", SIZES)
         kept, planned = measured_bytes(model, Path(scratch) / "figures", "figures")
         every, planned_every = measured_bytes(model, Path(scratch) / "all", "all")
     print(f"figures: {kept:,d} bytes per prompt, {kept / planned:.3f} of the plan's {planned:,d}")

@@ -60,6 +60,9 @@ sum of the depth means."""
 ROW_DISK_BYTES = 64
 """Disk of one table row: a CSV line of about 45 bytes, and about as much in its
 prompt's file."""
+LAYER_ROW_DISK_BYTES = 112
+"""Disk of one row of the trajectories' layers table, five float64 values written in full:
+104 bytes a CSV line measured (``bench/coupling_outputs.py``)."""
 TOKEN_BYTES = 256
 """Host memory of one token of the prompt set, held for the whole job: its id in the
 job's lists and its text (a short Python string, for the trajectories table)."""
@@ -242,21 +245,23 @@ def coupling_output_bytes(
     size: ModelSize, prompts: OutputPrompts, length: int, settings: Mapping[str, Any]
 ) -> int:
     """Disk of the outputs of ``prompts`` of up to ``length`` tokens (two weights): every
-    prompt's trajectory rows and, of those with Jacobians, their coupling rows
-    (``prompt_rows``); the kept prompts' streams and, of those with Jacobians, their
-    factors and depth coupling matrices; one prompt's token coupling matrices and the mean
-    |A| (``PromptArrays``)."""
+    prompt's trajectory rows (its layers' at ``LAYER_ROW_DISK_BYTES``) and, of those with
+    Jacobians, their coupling rows (``prompt_rows``); the kept prompts' streams and, of
+    those with Jacobians, their factors and depth coupling matrices; one prompt's token
+    coupling matrices and the mean |A| (``PromptArrays``)."""
     arrays = PromptArrays.of(size, length, settings)
     trajectories = trajectory_rows(size, length)
     jacobian_rows = prompt_rows(size, length, settings) - trajectories
     rows = prompts.prompts * trajectories + prompts.jacobians * jacobian_rows
+    layer_rows = prompts.prompts * length * (size.num_layers + 1)
     kept = (
         prompts.kept * arrays.streams
         + prompts.kept_jacobians * (arrays.factors + arrays.depth)
         + arrays.tokens
         + arrays.depth
     )
-    return 2 * (rows * ROW_DISK_BYTES + kept)
+    row_bytes = rows * ROW_DISK_BYTES + layer_rows * (LAYER_ROW_DISK_BYTES - ROW_DISK_BYTES)
+    return 2 * (row_bytes + kept)
 
 
 def prompt_file_bytes(

@@ -10,6 +10,7 @@ import pytest
 from layerlaws.coupling.costs import (
     FORMED,
     KEY_VALUE_SHARE,
+    LAYER_ROW_DISK_BYTES,
     MATRIX_FREE,
     ROW_DISK_BYTES,
     TOKEN_BYTES,
@@ -211,7 +212,8 @@ def test_the_merge_writes_the_arrays_the_setting_keeps():
 def test_the_output_bytes_are_the_tables_and_the_kept_arrays():
     """coupling_output_bytes of the figures' prompt alone: every prompt's rows, one
     prompt's streams, factors and depth and token matrices, and the mean |A|."""
-    rows = 1201 * 128 * 82 + 100 * (80**2 * 3 * 4 + 3 * 128**2 * 3 * 4 + 80 * 50)
+    rows = 1201 * 128 + 100 * (80**2 * 3 * 4 + 3 * 128**2 * 3 * 4 + 80 * 50)
+    layer_rows = 1201 * 128 * 81
     arrays = STREAMS + FACTORS + 2 * DEPTH + 4 * 128**2 * 10**2
     written = coupling_output_bytes(LLAMA_70B, OutputPrompts(1201, 100, 1, 1), 128, PAPER_SETTINGS)
-    assert written == 2 * (rows * ROW_DISK_BYTES + arrays)
+    assert written == 2 * (rows * ROW_DISK_BYTES + layer_rows * LAYER_ROW_DISK_BYTES + arrays)
