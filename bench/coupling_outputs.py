@@ -37,6 +37,7 @@ OUTPUTS = (
     "depth.csv",
     "singular_values.csv",
     "tokens.csv",
+    "token_means.csv",
     "factors.npz",
     "couplings.npz",
     "prompts.csv",

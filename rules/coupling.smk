@@ -32,6 +32,7 @@ rule measure_coupling:
         depth=f"{LAYOUT.coupling()}/depth.csv",
         singular_values=f"{LAYOUT.coupling()}/singular_values.csv",
         tokens=f"{LAYOUT.coupling()}/tokens.csv",
+        token_means=f"{LAYOUT.coupling()}/token_means.csv",
         factors=f"{LAYOUT.coupling()}/factors.npz",
         couplings=f"{LAYOUT.coupling()}/couplings.npz",
         trajectories=f"{LAYOUT.trajectories()}/tokens.csv",

@@ -19,9 +19,9 @@ measured and the outputs from those files a prompt at a time
 running sums (``set_host_bytes``); before its first prompt, the random twin drawn in
 float32 on the CPU (``layerlaws.models.preparation.randomly_initialised``).
 
-Disk: every prompt's table rows, and the raw arrays of the prompts ``coupling.keep_arrays``
-keeps (``OutputPrompts``, ``layerlaws.coupling.kept``), in the outputs and, while the job
-runs, in its prompts' files.
+Disk: every prompt's table rows but the token-wise ones, and the raw arrays and token-wise
+rows of the prompts ``coupling.keep_arrays`` keeps (``OutputPrompts``,
+``layerlaws.coupling.kept``), in the outputs and, while the job runs, in its prompts' files.
 """
 
 from __future__ import annotations
@@ -154,15 +154,25 @@ def trajectory_rows(size: ModelSize, length: int) -> int:
     return length * (size.num_layers + 2)
 
 
+def token_rows(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
+    """Token-wise table rows of one prompt of ``length`` tokens whose Jacobians are
+    measured (``tokens.csv``): 3 T² per token layer pair (three kinds), each per K and
+    metric; its statistics (``token_means.csv``) are T² times fewer."""
+    pairs = len(layer_pairs(settings["token_layers"], size.num_layers))
+    return 3 * length**2 * pairs * len(settings["ks"]) * len(settings["metrics"])
+
+
 def prompt_rows(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
     """Table rows of one prompt of ``length`` tokens whose Jacobians are measured: depth
-    L² and token-wise 3 T² per token layer pair, each per K and metric; singular values
+    L² per K and metric; token-wise ``token_rows`` and their statistics; singular values
     L·K; its trajectories'."""
     layers = size.num_layers
-    pairs = len(layer_pairs(settings["token_layers"], layers))
-    per_value = len(settings["ks"]) * len(settings["metrics"])
-    coupling = (layers**2 + 3 * length**2 * pairs) * per_value
-    return coupling + layers * max(settings["ks"]) + trajectory_rows(size, length)
+    depth = layers**2 * len(settings["ks"]) * len(settings["metrics"])
+    tokens = token_rows(size, length, settings)
+    statistics = token_rows(size, 1, settings)
+    return (
+        depth + tokens + statistics + layers * max(settings["ks"]) + trajectory_rows(size, length)
+    )
 
 
 @dataclass(frozen=True)
@@ -228,7 +238,8 @@ class OutputPrompts:
     kept: int
     """Those whose residual streams are written (``coupling.keep_arrays``)."""
     kept_jacobians: int
-    """Those with Jacobians whose factors and coupling matrices are written."""
+    """Those with Jacobians whose factors, coupling matrices and token-wise rows are
+    written."""
 
     @classmethod
     def of(cls, prompt_set: Mapping[str, Any], keep: int | str, shards: int = 1) -> OutputPrompts:
@@ -246,13 +257,19 @@ def coupling_output_bytes(
 ) -> int:
     """Disk of the outputs of ``prompts`` of up to ``length`` tokens (two weights): every
     prompt's trajectory rows (its layers' at ``LAYER_ROW_DISK_BYTES``) and, of those with
-    Jacobians, their coupling rows (``prompt_rows``); the kept prompts' streams and, of
-    those with Jacobians, their factors and depth coupling matrices; one prompt's token
+    Jacobians, their coupling rows (``prompt_rows``) but the token-wise ones, which the
+    kept prompts with Jacobians only have (``token_rows``); the kept prompts' streams and,
+    of those with Jacobians, their factors and depth coupling matrices; one prompt's token
     coupling matrices and the mean |A| (``PromptArrays``)."""
     arrays = PromptArrays.of(size, length, settings)
     trajectories = trajectory_rows(size, length)
-    jacobian_rows = prompt_rows(size, length, settings) - trajectories
-    rows = prompts.prompts * trajectories + prompts.jacobians * jacobian_rows
+    tokens = token_rows(size, length, settings)
+    jacobian_rows = prompt_rows(size, length, settings) - trajectories - tokens
+    rows = (
+        prompts.prompts * trajectories
+        + prompts.jacobians * jacobian_rows
+        + prompts.kept_jacobians * tokens
+    )
     layer_rows = prompts.prompts * length * (size.num_layers + 1)
     kept = (
         prompts.kept * arrays.streams

@@ -1,12 +1,16 @@
 """Which prompts of a set keep their raw arrays on disk (``coupling.keep_arrays``): their
-residual streams (``streams.npz``), top-K factors (``factors.npz``) and coupling matrices
-(``couplings.npz``); every prompt keeps its table rows. Torch-free: the job chooses the
-prompts with it, the planner counts their bytes.
+residual streams (``streams.npz``), top-K factors (``factors.npz``), coupling matrices
+(``couplings.npz``) and token-wise coupling, a per-token array in table form
+(``tokens.csv``: 3 T² rows per token layer pair, K and metric); every prompt keeps its
+other table rows and its token-wise statistics (``token_means.csv``,
+``layerlaws.coupling.token_means``). Torch-free: the job chooses the prompts with it, the
+planner counts their bytes.
 
 Aubry et al. draw the raw arrays of one prompt only: the trajectories of the paper's
 prompt on their top principal components (Fig. 23; ``plot_pca`` reads the first prompt's
 streams) and the coupling matrices of the first prompt whose Jacobians are measured
-(Figs. 3 and 4; ``plot_depth_grid``, ``plot_token_grid``); every other number of theirs is
+(Figs. 3 and 4; ``plot_depth_grid``, ``plot_token_grid``) and its token-wise coupling
+(Fig. 4, ``plot_tokens``); every other number of theirs is
 a statistic over prompts, which the tables hold. The figures' prompts are kept by default.
 """
 

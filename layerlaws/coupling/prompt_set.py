@@ -6,8 +6,9 @@ memory thus holds one prompt's measurement — its residual streams (L + 1, T, d
 coupling matrices and table rows — whatever the number of prompts.
 
 Only the prompts a job keeps (``coupling.keep_arrays``, ``layerlaws.coupling.kept``)
-have their raw arrays written, to their files and to the set's arrays; every prompt has its
-table rows, and its depth coupling matrices in its file for the set's mean |A|.
+have their raw arrays and token-wise rows written, to their files and to the set's
+outputs; every prompt has its other table rows and its token-wise statistics
+(``token_means``), and its depth coupling matrices in its file for the set's mean |A|.
 
 A prompt set given ``ProgressSaves`` (``layerlaws.core.progress``) keeps its prompts'
 files beside the save (``<save>.prompts/``, ``prompt_folder``) and saves, between prompts
@@ -46,7 +47,7 @@ from layerlaws.coupling.settings import CouplingSettings
 
 log = logging.getLogger(__name__)
 
-TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
+TABLES = ("depth", "singular_values", "tokens", "token_means", "trajectories", "layers")
 """The set's tables (CSV), each a rule output of this name:
 - depth: weights, prompt (index or ``mean``), layer_a, layer_b, k, metric, miscoupling (the
   value of that coupling metric, ``layerlaws.coupling.miscoupling``); the ``mean`` rows
@@ -54,10 +55,15 @@ TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
 - singular_values: weights, prompt, layer, rank (1..K), singular_value (of the last
   token's J^l);
 - tokens: weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, metric,
-  miscoupling;
+  miscoupling, of the prompts kept (``coupling.keep_arrays``);
+- token_means: weights, prompt, layer_a, layer_b, kind, k, metric, pairs, miscoupling:
+  per prompt with Jacobians, the mean of its token-wise rows over its ``pairs`` pairs of
+  distinct tokens (``layerlaws.coupling.token_means``);
 - trajectories: weights, prompt, token, lss, expodistance, equidistance_cv, text;
 - layers: weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0),
   logit_entropy, next_token_loss (nats; NaN at the last token)."""
+UNKEPT_TABLES = tuple(name for name in TABLES if name != "tokens")
+"""The tables that hold the rows of every prompt, kept or not."""
 ARRAYS = ("factors", "couplings", "streams")
 """The set's arrays (uncompressed ``.npz``), each a rule output of this name:
 - factors: ``<weights>/<prompt>/{u,s,v}``, top-K factors of the last-token Jacobians;
@@ -114,8 +120,9 @@ def prompt_folder(saves: ProgressSaves) -> Path:
 
 def _without_arrays(measurement: PromptMeasurement) -> PromptMeasurement:
     """A prompt's measurement as a job that does not keep its arrays files it: its table
-    rows, and its depth coupling matrices for the set's mean |A|."""
-    return replace(measurement, factors={}, streams=None, token_couplings=None)
+    rows but the token-wise ones (their statistics kept), and its depth coupling matrices
+    for the set's mean |A|."""
+    return replace(measurement, factors={}, streams=None, token_couplings=None, tokens=[])
 
 
 def _write_prompt(path: Path, measurement: PromptMeasurement) -> None:
@@ -274,8 +281,9 @@ def write_outputs(
     outputs), in the order of the weights measured and of ``labels`` (one per prompt: its
     tokens' texts), a prompt at a time: every table's rows and every array of a prompt are
     appended to the outputs before the next prompt is read, and the means over the prompts
-    (depth ``mean`` rows, ``mean_abs``) are running float64 sums. The arrays are those of
-    the prompts of ``kept`` (all when None), the means over every prompt."""
+    (depth ``mean`` rows, ``mean_abs``) are running float64 sums. The arrays and
+    token-wise rows are those of the prompts of ``kept`` (all when None), the other tables
+    and the means of every prompt."""
     weights_names = list(dict.fromkeys(weights for weights, _ in measured.units))
     with ExitStack() as stack:
         tables = {name: stack.enter_context(csv_rows(getattr(output, name))) for name in TABLES}
@@ -288,9 +296,9 @@ def write_outputs(
             absolute, count = np.zeros(()), 0
             for index in range(len(labels)):
                 prompt = measured.read(weights, index)
-                for name in TABLES:
-                    tables[name].add(_tagged(prompt, name, weights, index, labels[index]))
                 keeps = kept is None or index in kept
+                for name in TABLES if keeps else UNKEPT_TABLES:
+                    tables[name].add(_tagged(prompt, name, weights, index, labels[index]))
                 if keeps:
                     for key, array in prompt.factors.items():
                         arrays["factors"].add(f"{weights}/{index}/{key}", array)

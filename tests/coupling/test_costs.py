@@ -149,6 +149,9 @@ FACTORS = 4 * (2 * 8192 + 1) * 80 * 50
 """Its top-50 factors U, V (L, d, K) and S (L, K)."""
 DEPTH = 4 * 80**2 * 10**2
 """Its depth coupling matrices at K = 10 (L, L, K, K)."""
+TOKEN_ROWS = 3 * 128**2 * 3 * 4
+"""Its token-wise rows: three kinds of T² pairs at the middle layer, each of 3 Ks and 4
+metrics; its statistics (token_means.csv) one per kind, K and metric."""
 MIB = 2**20
 
 
@@ -185,11 +188,11 @@ def test_a_drawn_subset_may_keep_a_second_prompt_for_the_figures():
 
 def test_a_coupling_jobs_disk_follows_the_arrays_it_keeps():
     """Keeping every prompt's arrays adds, in the outputs and in the prompts' files, the
-    streams of the 1,200 others and the factors and depth matrices of the 99 others with
-    Jacobians, under both weights; the files keep every depth matrix either way (the mean
-    |A| is summed from them)."""
+    streams of the 1,200 others and the factors, depth matrices and token-wise rows of the
+    99 others with Jacobians, under both weights; the files keep every depth matrix either
+    way (the mean |A| is summed from them)."""
     kept, every = planned(1201), planned(1201, "all")
-    added = 2 * (1200 * STREAMS + 99 * (FACTORS + DEPTH))
+    added = 2 * (1200 * STREAMS + 99 * (FACTORS + DEPTH + TOKEN_ROWS * ROW_DISK_BYTES))
     assert (every.disk_mb - kept.disk_mb) * MIB == pytest.approx(
         2 * added - 2 * 99 * DEPTH, abs=MIB
     )
@@ -205,14 +208,16 @@ def test_the_merge_writes_the_arrays_the_setting_keeps():
         )
         for keep in (10, "all")
     )
-    added = 2 * (1191 * STREAMS + 90 * (FACTORS + DEPTH))
+    added = 2 * (1191 * STREAMS + 90 * (FACTORS + DEPTH + TOKEN_ROWS * ROW_DISK_BYTES))
     assert (every.disk_mb - few.disk_mb) * MIB == pytest.approx(added, abs=MIB)
 
 
 def test_the_output_bytes_are_the_tables_and_the_kept_arrays():
-    """coupling_output_bytes of the figures' prompt alone: every prompt's rows, one
-    prompt's streams, factors and depth and token matrices, and the mean |A|."""
-    rows = 1201 * 128 + 100 * (80**2 * 3 * 4 + 3 * 128**2 * 3 * 4 + 80 * 50)
+    """coupling_output_bytes of the figures' prompt alone: every prompt's rows but the
+    token-wise ones, which one prompt has (the others their statistics), one prompt's
+    streams, factors and depth and token matrices, and the mean |A|."""
+    statistics = TOKEN_ROWS // 128**2
+    rows = 1201 * 128 + 100 * (80**2 * 3 * 4 + statistics + 80 * 50) + TOKEN_ROWS
     layer_rows = 1201 * 128 * 81
     arrays = STREAMS + FACTORS + 2 * DEPTH + 4 * 128**2 * 10**2
     written = coupling_output_bytes(LLAMA_70B, OutputPrompts(1201, 100, 1, 1), 128, PAPER_SETTINGS)

@@ -32,7 +32,7 @@ PROMPTS = [[1, 5, 9, 14, 3], [1, 22, 8, 30], [1, 4, 12, 6, 19]]
 SETTINGS = CouplingSettings(ks=(2, 3), token_layers=((2, 4),), svd="randomized", svd_seed=3)
 UNITS = 2 * len(PROMPTS)
 """Prompts measured by a run: every prompt under the trained weights and the twin's."""
-TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
+TABLES = ("depth", "singular_values", "tokens", "token_means", "trajectories", "layers")
 ARRAYS = ("factors", "streams", "couplings")
 
 
@@ -178,6 +178,7 @@ OUTPUTS = [
         "depth.csv",
         "singular_values.csv",
         "tokens.csv",
+        "token_means.csv",
         "factors.npz",
         "couplings.npz",
         "trajectories/tokens.csv",
@@ -219,11 +220,13 @@ def one_job(llama_folder, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_count_keeps_that_many_prompts_arrays_and_every_prompts_rows(one_job):
+def test_a_count_keeps_that_many_prompts_arrays_and_token_rows_and_every_prompts_others(one_job):
     folder = one_job / COUPLING
-    for table in ("depth.csv", "tokens.csv", "trajectories/layers.csv"):
+    for table in ("depth.csv", "token_means.csv", "trajectories/layers.csv"):
         rows = pl.read_csv(folder / table, infer_schema=False)
         assert set(rows["prompt"]) - {"mean"} == {"0", "1", "2"}, table
+    tokens = pl.read_csv(folder / "tokens.csv", infer_schema=False)
+    assert set(tokens["prompt"]) == {"0", "1"}
     with np.load(folder / "trajectories/streams.npz") as streams:
         assert sorted(streams.files) == [f"{w}/{p}" for w in ("random", "trained") for p in (0, 1)]
     with np.load(folder / "factors.npz") as factors:
@@ -237,10 +240,10 @@ def test_a_count_keeps_that_many_prompts_arrays_and_every_prompts_rows(one_job):
 
 
 def test_the_files_of_prompts_not_kept_hold_no_arrays(llama_folder, uninterrupted, tmp_path):
-    """Prompts measured with prompts 0 and 1 kept: the third's files hold its rows and
-    depth matrices (for the mean |A|) but no streams, factors or token matrices; the
-    outputs written from them the uninterrupted tables and mean |A|, and the arrays of
-    prompts 0 and 1 alone."""
+    """Prompts measured with prompts 0 and 1 kept: the third's files hold its rows but the
+    token-wise ones (their statistics kept) and depth matrices (for the mean |A|) but no
+    streams, factors or token matrices; the outputs written from them the uninterrupted
+    tables and mean |A|, and the token-wise rows and arrays of prompts 0 and 1 alone."""
     twins = coupling_twins(llama_folder, None, "float32", "cpu", SETTINGS.init_seed)
     coupling = TokenCoupling.of(SETTINGS, 4)
     kept = {0, 1}
@@ -250,11 +253,16 @@ def test_the_files_of_prompts_not_kept_hold_no_arrays(llama_folder, uninterrupte
     for weights in ("trained", "random"):
         unkept = files.read(weights, 2)
         assert unkept.streams is None and unkept.factors == {} and unkept.token_couplings is None
-        assert unkept.depth_couplings.shape == (4, 4, 2, 2) and unkept.tokens
+        assert unkept.depth_couplings.shape == (4, 4, 2, 2) and unkept.tokens == []
+        assert unkept.token_means
         assert files.read(weights, 1).streams.shape == (5, 4, 24)  # (L + 1, T, d)
     result = written(files, PROMPTS, coupling, SETTINGS, kept=kept)
     for name in TABLES:
-        assert getattr(result, name).equals(getattr(uninterrupted, name)), name
+        expected = getattr(uninterrupted, name)
+        if name == "tokens":
+            assert set(expected["prompt"]) == {"0", "1", "2"}
+            expected = expected.filter(pl.col("prompt") != "2")
+        assert getattr(result, name).equals(expected), name
     for name in ARRAYS:
         every, arrays = getattr(uninterrupted, name), getattr(result, name)
         assert list(arrays) == [key for key in every if "/2" not in key], name

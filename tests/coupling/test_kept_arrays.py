@@ -1,8 +1,9 @@
 """``coupling.keep_arrays`` through real Snakemake runs of the tiny workflow's coupling
 (tiny-llama on the prompts ``few``: the paper's prompt and one drawn, every prompt's
-Jacobians measured): by default the arrays of the figures' prompt alone (the first), with
-``all`` every prompt's; the tables the same rows either way, and every figure made. (A
-count, with shards and resume, is run in ``test_coupling_resume``.)"""
+Jacobians measured): by default the arrays and token-wise rows of the figures' prompt
+alone (the first), with ``all`` every prompt's; the other tables the same rows either way,
+the token-wise statistics those of every prompt's rows, and every figure made. (A count,
+with shards and resume, is run in ``test_coupling_resume``.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ COUPLING = "results/coupling/tiny-llama/few"
 TABLES = (
     "depth.csv",
     "singular_values.csv",
-    "tokens.csv",
+    "token_means.csv",
     "prompts.csv",
     "trajectories/tokens.csv",
     "trajectories/layers.csv",
@@ -38,6 +39,36 @@ def test_every_prompts_rows_are_written_whatever_arrays_are_kept(finished, every
     )
     assert set(kept["prompt"]) - {"mean"} == {"0", "1"}
     assert kept.equals(every), table
+
+
+def tokens(workdir) -> pl.DataFrame:
+    return pl.read_csv(workdir / COUPLING / "tokens.csv", schema_overrides={"prompt": pl.String})
+
+
+def test_the_default_keeps_the_token_wise_rows_of_the_figures_prompt(finished, every_array):
+    kept, every = tokens(finished), tokens(every_array)
+    assert set(every["prompt"]) == {"0", "1"}
+    assert kept.equals(every.filter(pl.col("prompt") == "0"))
+
+
+def test_the_token_wise_statistics_are_those_of_every_prompts_rows(finished, every_array):
+    """token_means.csv (written from each prompt's rows as it is measured) against the
+    mean over the distinct pairs of the rows ``all`` keeps, grouped here."""
+    key = ["weights", "prompt", "layer_a", "layer_b", "kind", "k", "metric"]
+    rows = tokens(every_array)
+    expected = (
+        rows.filter(pl.col("token_a") != pl.col("token_b"))
+        .group_by(key)
+        .agg(pairs=pl.len(), miscoupling=pl.col("miscoupling").mean())
+        .sort(key)
+    )
+    means = pl.read_csv(
+        finished / COUPLING / "token_means.csv", schema_overrides={"prompt": pl.String}
+    ).sort(key)
+    assert means.height > 0 and means.select(key).equals(expected.select(key))
+    assert means["pairs"].to_list() == expected["pairs"].to_list()
+    # float64 means of at most T² float values, printed in full: equal to rounding.
+    np.testing.assert_allclose(means["miscoupling"], expected["miscoupling"], rtol=1e-12)
 
 
 def test_the_default_keeps_the_arrays_of_the_figures_prompt(finished, every_array):
