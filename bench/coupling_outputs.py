@@ -26,6 +26,7 @@ from coupling_memory import prompt_texts, run_coupling, tiny_llama
 
 from layerlaws.core.settings import with_defaults
 from layerlaws.coupling.costs import OutputPrompts, coupling_output_bytes
+from layerlaws.coupling.workflow import MEASURED
 from layerlaws.forward.costs import ModelSize
 
 SIZES = {"hidden_size": 128, "num_hidden_layers": 12, "intermediate_size": 256}
@@ -33,19 +34,6 @@ LENGTH = 32
 """Tokens per prompt, BOS included."""
 PROMPTS = 8
 JACOBIAN_PROMPTS = 2
-OUTPUTS = (
-    "depth.csv",
-    "singular_values.csv",
-    "tokens.csv",
-    "token_means.csv",
-    "factors.npz",
-    "couplings.npz",
-    "prompts.csv",
-    "trajectories/tokens.csv",
-    "trajectories/layers.csv",
-    "trajectories/streams.npz",
-)
-"""The outputs of ``measure_coupling`` (``rules/coupling.smk``), under the run's folder."""
 
 
 def bench_config(model: Path, workdir: Path, keep: str) -> dict:
@@ -75,12 +63,12 @@ def measured_bytes(model: Path, workdir: Path, keep: str) -> tuple[int, int]:
     """(bytes the job wrote per prompt, the planner's per prompt) under ``keep``."""
     config = bench_config(model, workdir, keep)
     folder = run_coupling(workdir, config) / "coupling/bench/bench"
-    written = sum((folder / name).stat().st_size for name in OUTPUTS)
+    written = sum((folder / name).stat().st_size for name in MEASURED.values())
     settings = with_defaults(config)["coupling"]
     prompt_set = settings["prompts"]["bench"]
     size = ModelSize(0, SIZES["num_hidden_layers"], SIZES["hidden_size"], 0, "llama")
     planned = coupling_output_bytes(size, OutputPrompts.of(prompt_set, keep), LENGTH, settings)
-    for name in OUTPUTS:
+    for name in MEASURED.values():
         print(f"  {keep:8s} {name:26s} {(folder / name).stat().st_size:>12,d} bytes")
     return written // PROMPTS, planned // PROMPTS
 

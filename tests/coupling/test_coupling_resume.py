@@ -26,6 +26,7 @@ from layerlaws.core.shards import shard_indices
 from layerlaws.coupling.job import ShardArchives, write_shard
 from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.workflow import MEASURED
 from layerlaws.models.loading import coupling_twins
 
 PROMPTS = [[1, 5, 9, 14, 3], [1, 22, 8, 30], [1, 4, 12, 6, 19]]
@@ -172,20 +173,7 @@ def test_a_run_that_does_not_resume_removes_the_save_of_the_files_it_overwrites(
 
 
 COUPLING = "results/coupling/tiny-llama/few"
-OUTPUTS = [
-    f"{COUPLING}/{name}"
-    for name in (
-        "depth.csv",
-        "singular_values.csv",
-        "tokens.csv",
-        "token_means.csv",
-        "factors.npz",
-        "couplings.npz",
-        "trajectories/tokens.csv",
-        "trajectories/layers.csv",
-        "trajectories/streams.npz",
-    )
-]
+OUTPUTS = [f"{COUPLING}/{path}" for name, path in MEASURED.items() if name != "prompts"]
 
 
 CONFIG = {
