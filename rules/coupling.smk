@@ -17,8 +17,9 @@ COUPLING_PARAMS = {
 }
 
 
-# Every prompt's tables; the raw arrays (factors, couplings, streams) of the prompts
-# coupling.keep_arrays keeps (by default the figures' prompts).
+# Every prompt's tables; the raw arrays (factors, couplings, streams) and token-wise
+# rows (tokens.csv) of the prompts coupling.keep_arrays keeps (by default the figures'
+# prompts).
 rule measure_coupling:
     input:
         model=LAYOUT.model(),
