@@ -46,18 +46,44 @@ REPEATS = 3
 WORDS = 500
 
 
-def prompt_texts(count: int) -> list[str]:
-    """``count`` texts of LENGTH − 1 words of a WORDS-word vocabulary, seeded."""
+def prompt_texts(count: int, length: int = LENGTH) -> list[str]:
+    """``count`` texts of ``length`` − 1 words of a WORDS-word vocabulary, seeded."""
     generator = random.Random(0)
     return [
-        " ".join(f"w{generator.randrange(WORDS)}" for _ in range(LENGTH - 1)) for _ in range(count)
+        " ".join(f"w{generator.randrange(WORDS)}" for _ in range(length - 1)) for _ in range(count)
     ]
 
 
-def tiny_llama(folder: Path) -> Path:
-    """The benchmark's model and its word-level tokenizer (every word known), saved."""
+def tiny_llama(folder: Path, sizes: dict[str, int] = SIZES) -> Path:
+    """A random Llama of ``sizes`` (the benchmark's by default) and its word-level
+    tokenizer (every word known), saved."""
     vocabulary = " ".join(f"w{word}" for word in range(WORDS))
-    return save_tiny_model(folder, "llama", tokenizer_of("llama", [vocabulary]), **SIZES)
+    return save_tiny_model(folder, "llama", tokenizer_of("llama", [vocabulary]), **sizes)
+
+
+def run_coupling(workdir: Path, config: dict) -> Path:
+    """The workflow's coupling job of the model ``bench`` on the prompts ``bench`` of
+    ``config``, run by Snakemake in the new folder ``workdir``; its results folder."""
+    workdir.mkdir(parents=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        "results/coupling/bench/bench/depth.csv",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"the coupling job failed:\n{result.stderr[-4000:]}")
+    return workdir / "results"
 
 
 def job_peak(model: Path, count: int, jacobian_prompts: int, workdir: Path) -> tuple[float, float]:
@@ -78,26 +104,7 @@ def job_peak(model: Path, count: int, jacobian_prompts: int, workdir: Path) -> t
         },
         "execution": {"device": "cpu", "vjp_chunk": 8, "lock_dir": str(workdir / "locks")},
     }
-    workdir.mkdir(parents=True)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        "results/coupling/bench/bench/depth.csv",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True)
-    log = workdir / "results/logs/measure_coupling/bench/bench.log"
-    if result.returncode != 0:
-        sys.exit(f"the coupling job failed:\n{result.stderr[-4000:]}")
+    log = run_coupling(workdir, config) / "logs/measure_coupling/bench/bench.log"
     found = USE_LINE.search(log.read_text().splitlines()[-1])
     return float(found["peak_mb"].replace(",", "")), float(found["seconds"])
 

@@ -295,12 +295,14 @@ def _top_singular_value(weights: str, layer: int):
 
 
 def _token_wise(weights: str, kind: str):
-    """Mean m̃ (K = 10) over the pairs of distinct tokens, every prompt."""
-    import polars as pl
+    """Mean m̃ (K = 10) over the pairs of distinct tokens, every prompt: the prompts'
+    means (token_means.csv) weighted by their pairs."""
 
     def value(r: Results) -> float:
-        frame = r.rows(f"{COUPLING}/tokens.csv", weights=weights, kind=kind, k=10, metric="paper")
-        return frame.filter(pl.col("token_a") != pl.col("token_b"))["miscoupling"].mean()
+        frame = r.rows(
+            f"{COUPLING}/token_means.csv", weights=weights, kind=kind, k=10, metric="paper"
+        )
+        return (frame["miscoupling"] * frame["pairs"]).sum() / frame["pairs"].sum()
 
     return value
 

@@ -3,6 +3,7 @@
 from layerlaws.coupling.settings import CouplingSettings
 from layerlaws.coupling.workflow import (
     COUPLING_FIGURES,
+    MEASURED,
     PER_PROMPT_FIGURES,
     PER_PROMPT_TABLES,
     TRAJECTORY_FIGURES,
@@ -16,6 +17,9 @@ COUPLING_PARAMS = {
 }
 
 
+# Every prompt's tables; the raw arrays (factors, couplings, streams) and token-wise
+# rows (tokens.csv) of the prompts coupling.keep_arrays keeps (by default the figures'
+# prompts).
 rule measure_coupling:
     input:
         model=LAYOUT.model(),
@@ -27,15 +31,7 @@ rule measure_coupling:
             )
         ),
     output:
-        depth=f"{LAYOUT.coupling()}/depth.csv",
-        singular_values=f"{LAYOUT.coupling()}/singular_values.csv",
-        tokens=f"{LAYOUT.coupling()}/tokens.csv",
-        factors=f"{LAYOUT.coupling()}/factors.npz",
-        couplings=f"{LAYOUT.coupling()}/couplings.npz",
-        trajectories=f"{LAYOUT.trajectories()}/tokens.csv",
-        layers=f"{LAYOUT.trajectories()}/layers.csv",
-        streams=f"{LAYOUT.trajectories()}/streams.npz",
-        prompts=f"{LAYOUT.coupling()}/prompts.csv",
+        **{name: f"{LAYOUT.coupling()}/{path}" for name, path in MEASURED.items()},
     log:
         LAYOUT.log("measure_coupling", "{model}", "{prompts}"),
     threads: MODEL_THREADS

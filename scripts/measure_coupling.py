@@ -5,7 +5,10 @@ initialised twin, or for a training checkpoint its own step-0 weights
 ``coupling.shards`` above 1, a shard job's prompts into shards/{shard}.pt, merged by
 ``measure_coupling`` (``layerlaws.coupling.job``). The Jacobians are measured on the prompt
 set's subset (``layerlaws.coupling.subset``); prompts.csv says where each prompt comes from
-and whether its Jacobians were measured.
+and whether its Jacobians were measured. The tables hold every prompt; the arrays
+(streams.npz, factors.npz, couplings.npz) and token-wise rows (tokens.csv; token_means.csv
+has every prompt's means) the prompts ``coupling.keep_arrays`` keeps
+(``layerlaws.coupling.kept``: by default those the figures draw).
 
 Each prompt's measurement is written to a file of its own beside the job's first output as
 soon as it is measured (``.resume/depth.csv.prompts/``), and how many are done is saved

@@ -220,6 +220,20 @@ def finished(base_config, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def every_array(finished, base_config, tmp_path_factory):
+    """A copy of the finished workdir whose coupling job reran with ``coupling.keep_arrays:
+    all`` (the finished run keeps the figures' prompts' arrays, the default)."""
+    from snakemake_runs import run_ok, write_config
+
+    workdir = tmp_path_factory.mktemp("every-array") / "workflow"
+    shutil.copytree(finished, workdir, symlinks=True)
+    coupling = base_config["coupling"] | {"keep_arrays": "all"}
+    write_config(workdir, base_config | {"coupling": coupling})
+    run_ok(workdir, "results/coupling/tiny-llama/few/trajectories/pca.svg")
+    return workdir
+
+
+@pytest.fixture(scope="session")
 def series_config(llama_folder, gpt2_folder, corpus_file, tmp_path_factory):
     """A tiny Llama trained on the texts the probing dataset does not sample, with three
     checkpoints, as one series, its runs measuring the representation geometry; three

@@ -4,7 +4,7 @@ prompts measured into their files, the set's outputs written from them and read 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,11 +48,15 @@ def written(
     prompts: list[list[int]],
     token_coupling: TokenCoupling,
     settings: CouplingSettings,
+    kept: Collection[int] | None = None,
 ) -> SimpleNamespace:
-    """The outputs ``write_outputs`` writes from ``measured``, read back."""
+    """The outputs ``write_outputs`` writes from ``measured``, the arrays of the prompts
+    ``kept`` (all by default), read back."""
     with tempfile.TemporaryDirectory() as folder:
         paths = output_paths(Path(folder))
-        prompt_set.write_outputs(measured, labels_of(prompts), token_coupling, settings, paths)
+        prompt_set.write_outputs(
+            measured, labels_of(prompts), token_coupling, settings, paths, kept
+        )
         return read_outputs(paths)
 
 
@@ -66,9 +70,11 @@ def measured_files(
     indices: Sequence[int] | None = None,
     saves: ProgressSaves | None = None,
     jacobian_indices: Sequence[int] | None = None,
+    kept: Collection[int] | None = None,
 ) -> prompt_set.PromptFiles:
     """``measure_prompts`` of the prompts of ``indices`` (all by default) under ``twins``
-    on the CPU, 16 products at a time, their files in ``folder``."""
+    on the CPU, 16 products at a time, their files in ``folder``, the arrays of those
+    ``kept`` (all by default)."""
     return prompt_set.measure_prompts(
         twins,
         prompts,
@@ -80,6 +86,7 @@ def measured_files(
         folder=folder,
         saves=saves,
         jacobian_indices=jacobian_indices,
+        kept=kept,
     )
 
 

@@ -19,6 +19,10 @@ measured and the outputs from those files a prompt at a time
 running sums (``set_host_bytes``); before its first prompt, the random twin, drawn one
 block at a time in float32 on the host and sent to its device
 (``layerlaws.models.random_twin``: ``twin_host_bytes``).
+
+Disk: every prompt's table rows but the token-wise ones, and the raw arrays and token-wise
+rows of the prompts ``coupling.keep_arrays`` keeps (``OutputPrompts``,
+``layerlaws.coupling.kept``), in the outputs and, while the job runs, in its prompts' files.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layerlaws.coupling.kept import planned_kept
 from layerlaws.coupling.layers import layer_pairs
 from layerlaws.forward.costs import (
     HOST_BASE_MB,
@@ -63,6 +68,9 @@ mixture-of-experts blocks hold about 1.8 times the mean (transformer blocks are 
 TWIN_COPIES = 2
 """Copies of a unit of the random twin on the host while it is placed: its float32 weights,
 then its cast (half as large in bfloat16) and the checks' temporaries."""
+LAYER_ROW_DISK_BYTES = 112
+"""Disk of one row of the trajectories' layers table, five float64 values written in full:
+104 bytes a CSV line measured (``bench/coupling_outputs.py``)."""
 TOKEN_BYTES = 256
 """Host memory of one token of the prompt set, held for the whole job: its id in the
 job's lists and its text (a short Python string, for the trajectories table)."""
@@ -154,29 +162,60 @@ def trajectory_rows(size: ModelSize, length: int) -> int:
     return length * (size.num_layers + 2)
 
 
+def token_rows(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
+    """Token-wise table rows of one prompt of ``length`` tokens whose Jacobians are
+    measured (``tokens.csv``): 3 T² per token layer pair (three kinds), each per K and
+    metric; its statistics (``token_means.csv``) are T² times fewer."""
+    pairs = len(layer_pairs(settings["token_layers"], size.num_layers))
+    return 3 * length**2 * pairs * len(settings["ks"]) * len(settings["metrics"])
+
+
 def prompt_rows(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
     """Table rows of one prompt of ``length`` tokens whose Jacobians are measured: depth
-    L² and token-wise 3 T² per token layer pair, each per K and metric; singular values
+    L² per K and metric; token-wise ``token_rows`` and their statistics; singular values
     L·K; its trajectories'."""
     layers = size.num_layers
-    pairs = len(layer_pairs(settings["token_layers"], layers))
-    per_value = len(settings["ks"]) * len(settings["metrics"])
-    coupling = (layers**2 + 3 * length**2 * pairs) * per_value
-    return coupling + layers * max(settings["ks"]) + trajectory_rows(size, length)
+    depth = layers**2 * len(settings["ks"]) * len(settings["metrics"])
+    tokens = token_rows(size, length, settings)
+    statistics = token_rows(size, 1, settings)
+    return (
+        depth + tokens + statistics + layers * max(settings["ks"]) + trajectory_rows(size, length)
+    )
+
+
+@dataclass(frozen=True)
+class PromptArrays:
+    """Bytes of one prompt's raw arrays under one weights, float32."""
+
+    streams: int
+    """Its residual streams (L + 1, T, d)."""
+    factors: int
+    """Its top-K factors U, V (L, d, K) and S (L, K)."""
+    depth: int
+    """The coupling matrices of the depth pairs at the smallest K (L, L, K, K)."""
+    tokens: int
+    """The coupling matrices of the first token layer pair (T, T, K, K)."""
+
+    @classmethod
+    def of(cls, size: ModelSize, length: int, settings: Mapping[str, Any]) -> PromptArrays:
+        """The arrays of a prompt of ``length`` tokens."""
+        layers, width = size.num_layers, size.hidden_size
+        k, kept = max(settings["ks"]), min(settings["ks"])
+        return cls(
+            streams=4 * (layers + 1) * length * width,
+            factors=4 * (2 * width + 1) * layers * k,
+            depth=4 * layers**2 * kept**2,
+            tokens=4 * length**2 * kept**2,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.streams + self.factors + self.depth + self.tokens
 
 
 def prompt_array_bytes(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
-    """The arrays of one prompt's measurement, float32: its residual streams (L + 1, T, d),
-    the top-K factors U, V (L, d, K) and S (L, K), the coupling matrices at the smallest K
-    of the depth pairs (L, L, K, K) and of the first token pair (T, T, K, K)."""
-    layers, width, k, kept = (
-        size.num_layers,
-        size.hidden_size,
-        max(settings["ks"]),
-        min(settings["ks"]),
-    )
-    streams = (layers + 1) * length * width
-    return 4 * (streams + (2 * width + 1) * layers * k + (layers**2 + length**2) * kept**2)
+    """The arrays of one prompt's measurement, float32 (``PromptArrays``)."""
+    return PromptArrays.of(size, length, settings).total
 
 
 def prompt_host_bytes(size: ModelSize, length: int, settings: Mapping[str, Any]) -> int:
@@ -197,21 +236,68 @@ def set_host_bytes(size: ModelSize, prompts: int, length: int, settings: Mapping
     return prompts * length * TOKEN_BYTES + means
 
 
+@dataclass(frozen=True)
+class OutputPrompts:
+    """The prompts of a coupling job's outputs, or of a shard's share of them."""
+
+    prompts: int
+    jacobians: int
+    """Those whose Jacobians are measured."""
+    kept: int
+    """Those whose residual streams are written (``coupling.keep_arrays``)."""
+    kept_jacobians: int
+    """Those with Jacobians whose factors, coupling matrices and token-wise rows are
+    written."""
+
+    @classmethod
+    def of(cls, prompt_set: Mapping[str, Any], keep: int | str, shards: int = 1) -> OutputPrompts:
+        """At most the prompts of ``prompt_set``'s outputs under ``keep``, or of one of its
+        ``shards`` shards (a share of the prompts each, all the kept in the largest)."""
+        total = prompt_count(prompt_set)
+        jacobians = min(total, prompt_set["jacobian_prompts"] or total)
+        kept = planned_kept(keep, prompt_set, total)
+        count, jacobian_count = -(-total // shards), -(-jacobians // shards)
+        return cls(count, jacobian_count, min(kept, count), min(kept, jacobian_count))
+
+
 def coupling_output_bytes(
-    size: ModelSize, prompts: int, jacobian_prompts: int, length: int, settings: Mapping[str, Any]
+    size: ModelSize, prompts: OutputPrompts, length: int, settings: Mapping[str, Any]
 ) -> int:
-    """Disk of the outputs of ``prompts`` prompts (two weights), the first
-    ``jacobian_prompts`` with their Jacobians: every prompt's streams and trajectories,
-    and the other arrays and table rows of those (``prompt_array_bytes``,
-    ``prompt_rows``)."""
-    streams = (size.num_layers + 1) * length * size.hidden_size * 4
+    """Disk of the outputs of ``prompts`` of up to ``length`` tokens (two weights): every
+    prompt's trajectory rows (its layers' at ``LAYER_ROW_DISK_BYTES``) and, of those with
+    Jacobians, their coupling rows (``prompt_rows``) but the token-wise ones, which the
+    kept prompts with Jacobians only have (``token_rows``); the kept prompts' streams and,
+    of those with Jacobians, their factors and depth coupling matrices; one prompt's token
+    coupling matrices and the mean |A| (``PromptArrays``)."""
+    arrays = PromptArrays.of(size, length, settings)
     trajectories = trajectory_rows(size, length)
-    jacobian_rows = prompt_rows(size, length, settings) - trajectories
-    every = streams + trajectories * ROW_DISK_BYTES
-    jacobians = (
-        prompt_array_bytes(size, length, settings) - streams + jacobian_rows * ROW_DISK_BYTES
+    tokens = token_rows(size, length, settings)
+    jacobian_rows = prompt_rows(size, length, settings) - trajectories - tokens
+    rows = (
+        prompts.prompts * trajectories
+        + prompts.jacobians * jacobian_rows
+        + prompts.kept_jacobians * tokens
     )
-    return 2 * (prompts * every + jacobian_prompts * jacobians)
+    layer_rows = prompts.prompts * length * (size.num_layers + 1)
+    kept = (
+        prompts.kept * arrays.streams
+        + prompts.kept_jacobians * (arrays.factors + arrays.depth)
+        + arrays.tokens
+        + arrays.depth
+    )
+    row_bytes = rows * ROW_DISK_BYTES + layer_rows * (LAYER_ROW_DISK_BYTES - ROW_DISK_BYTES)
+    return 2 * (row_bytes + kept)
+
+
+def prompt_file_bytes(
+    size: ModelSize, prompts: OutputPrompts, length: int, settings: Mapping[str, Any]
+) -> int:
+    """Disk of the files of ``prompts`` while a job runs (``layerlaws.coupling.prompt_set``,
+    two weights): what the outputs hold, and the depth coupling matrices of every prompt
+    with Jacobians (the set's mean |A| is summed from them)."""
+    unkept = prompts.jacobians - prompts.kept_jacobians
+    depth = PromptArrays.of(size, length, settings).depth
+    return coupling_output_bytes(size, prompts, length, settings) + 2 * unkept * depth
 
 
 def twin_host_bytes(size: ModelSize) -> int:
@@ -255,12 +341,13 @@ def coupling_needs(
     (``set_host_bytes``); on the CPU the twin's weights are the device's, counted with
     them.
 
-    Disk: the prompts' files and the outputs written from them, about twice the outputs
-    (``coupling_output_bytes``)."""
+    Disk: the prompts' files (``prompt_file_bytes``) and the outputs written from them
+    (``coupling_output_bytes``), or a shard's archive of its files, under
+    ``coupling.keep_arrays``."""
     length = prompt_set["max_tokens"]
     total = prompt_count(prompt_set)
-    count = -(-total // shards)
-    jacobian_count = -(-min(total, prompt_set["jacobian_prompts"] or total) // shards)
+    share = OutputPrompts.of(prompt_set, settings["keep_arrays"], shards)
+    count, jacobian_count = share.prompts, share.jacobians
     pairs = layer_pairs(settings["token_layers"], size.num_layers)
     layers = len({layer for pair in pairs for layer in pair})
     shape = PromptShape(
@@ -278,6 +365,8 @@ def coupling_needs(
     held = size.hidden_size if svd != MATRIX_FREE else max(settings["ks"]) * 2
     jacobians = (size.num_layers + 3 * length * layers) * size.hidden_size * held * 4
     twin = 0 if step_zero else twin_host_bytes(size)
+    files = prompt_file_bytes(size, share, length, settings)
+    outputs = coupling_output_bytes(size, share, length, settings)
     return model_pass_needs(
         size=size,
         dtype=dtype,
@@ -292,7 +381,7 @@ def coupling_needs(
         device_bytes=weights_bytes(size, dtype, quantization) + jacobians,
         host_bytes=max(twin, prompt_host_bytes(size, length, settings))
         + set_host_bytes(size, total, length, settings),
-        output_bytes=2 * coupling_output_bytes(size, count, jacobian_count, length, settings),
+        output_bytes=files + (files if shards > 1 else outputs),
         quantization=quantization,
     )
 
@@ -302,9 +391,9 @@ def coupling_merge_needs(
 ) -> Needs:
     """Needs of the job that merges a prompt set's shards, on the CPU: one prompt's
     measurement and what the whole set holds in host memory (it reads the shards a prompt
-    at a time), the outputs on disk."""
+    at a time), the outputs on disk (those ``coupling.keep_arrays`` keeps)."""
     length, total = prompt_set["max_tokens"], prompt_count(prompt_set)
-    jacobian_count = min(total, prompt_set["jacobian_prompts"] or total)
     held = prompt_host_bytes(size, length, settings) + set_host_bytes(size, total, length, settings)
-    outputs = coupling_output_bytes(size, total, jacobian_count, length, settings)
+    prompts = OutputPrompts.of(prompt_set, settings["keep_arrays"])
+    outputs = coupling_output_bytes(size, prompts, length, settings)
     return Needs(0, 0, HOST_BASE_MB + -(-held // MIB), max(1, -(-outputs // MIB)), 10)

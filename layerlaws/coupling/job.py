@@ -26,6 +26,7 @@ from layerlaws.core.atomic import atomic_path, write_csv
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.progress import ProgressSaves, job_saves
 from layerlaws.core.shards import ShardedJob
+from layerlaws.coupling.kept import kept_prompts
 from layerlaws.coupling.measurement import PromptMeasurement, TokenCoupling, require_ks_within
 from layerlaws.coupling.prompt_set import (
     PromptFiles,
@@ -115,6 +116,7 @@ def measure_job(
     dtype: str,
     quantization: str,
     jacobian_indices: Collection[int] | None,
+    kept: Collection[int],
     devices: DeviceRequest,
     vjp_chunk: int,
     saves: ProgressSaves,
@@ -122,8 +124,9 @@ def measure_job(
     """The prompts of ``indices`` measured under the prepared ``model``'s weights and its
     random twin (the step-0 weights ``initial`` of a training checkpoint), in ``dtype``
     under ``quantization``, on the devices the job claims, ``vjp_chunk`` products at a
-    time, the Jacobians of those of ``jacobian_indices`` only (None: of every one); their
-    files beside the job's progress save (``prompt_folder``)."""
+    time, the Jacobians of those of ``jacobian_indices`` only (None: of every one), the
+    arrays of those of ``kept`` only; their files beside the job's progress save
+    (``prompt_folder``)."""
     facts = read_facts(model)
     require_ks_within(settings, facts.hidden_size)
     token_coupling = TokenCoupling.of(settings, facts.num_layers)
@@ -145,6 +148,7 @@ def measure_job(
             folder=prompt_folder(saves),
             saves=saves,
             jacobian_indices=jacobian_indices,
+            kept=kept,
         )
 
 
@@ -221,6 +225,7 @@ def run_coupling_job(job: Any, execution: Any) -> None:
     model, initial = job.input.model, job.input.initial
     prompts, labels, datasets = job_prompts(model, params.prompts, job.input.sentences)
     jacobians = jacobian_indices(params.prompts, datasets)
+    kept = kept_prompts(settings.keep_arrays, len(prompts), jacobians)
 
     def measure(indices: Sequence[int], saves: ProgressSaves) -> PromptFiles:
         torch.set_num_threads(job.threads)
@@ -233,6 +238,7 @@ def run_coupling_job(job: Any, execution: Any) -> None:
             dtype=params.dtype,
             quantization=params.quantization,
             jacobian_indices=jacobians,
+            kept=kept,
             devices=execution.device_request(job.resources.gpu),
             vjp_chunk=execution.vjp_chunk,
             saves=saves,
@@ -240,7 +246,7 @@ def run_coupling_job(job: Any, execution: Any) -> None:
 
     def write_all(measured: PromptFiles, _saves: ProgressSaves | None) -> None:
         token_coupling = TokenCoupling.of(settings, read_facts(model).num_layers)
-        write_outputs(measured, labels, token_coupling, settings, output)
+        write_outputs(measured, labels, token_coupling, settings, output, kept)
         write_csv(output.prompts, prompt_table(prompts, datasets, jacobians))
 
     ShardedJob.of(params.get("shards", 1), job.wildcards, job.input).run(

@@ -55,6 +55,7 @@ from layerlaws.coupling.operators import (
     randomized_factors,
 )
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.token_means import token_means
 from layerlaws.coupling.trajectories import (
     equidistance_cv,
     expodistance,
@@ -121,6 +122,9 @@ class PromptMeasurement:
     depth: list[dict[str, Any]] = field(default_factory=list)
     singular_values: list[dict[str, Any]] = field(default_factory=list)
     tokens: list[dict[str, Any]] = field(default_factory=list)
+    token_means: list[dict[str, Any]] = field(default_factory=list)
+    """The statistics of ``tokens`` over pairs of distinct tokens
+    (``layerlaws.coupling.token_means``)."""
     trajectories: list[dict[str, Any]] = field(default_factory=list)
     layers: list[dict[str, Any]] = field(default_factory=list)
     factors: dict[str, np.ndarray] = field(default_factory=dict)
@@ -253,6 +257,7 @@ def measure_prompt(
             _measure_depth(result, calls, streams, chosen, vjp_chunk)
         if "tokens" in kinds:
             _measure_tokens(result, calls, streams, token_coupling, chosen, vjp_chunk)
+            result.token_means = token_means(result.tokens)
     if "trajectories" in kinds:
         _measure_trajectories(result, settings)
     if "logit_lens" in kinds:

@@ -5,6 +5,11 @@ from those files one prompt at a time (``write_outputs``; Aubry et al., §3). A 
 memory thus holds one prompt's measurement — its residual streams (L + 1, T, d), factors,
 coupling matrices and table rows — whatever the number of prompts.
 
+Only the prompts a job keeps (``coupling.keep_arrays``, ``layerlaws.coupling.kept``)
+have their raw arrays and token-wise rows written, to their files and to the set's
+outputs; every prompt has its other table rows and its token-wise statistics
+(``token_means``), and its depth coupling matrices in its file for the set's mean |A|.
+
 A prompt set given ``ProgressSaves`` (``layerlaws.core.progress``) keeps its prompts'
 files beside the save (``<save>.prompts/``, ``prompt_folder``) and saves, between prompts
 and at most every ``execution.checkpoint_minutes``, how many (weights, prompt) it has
@@ -21,7 +26,7 @@ import pickle
 import shutil
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,7 +47,7 @@ from layerlaws.coupling.settings import CouplingSettings
 
 log = logging.getLogger(__name__)
 
-TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
+TABLES = ("depth", "singular_values", "tokens", "token_means", "trajectories", "layers")
 """The set's tables (CSV), each a rule output of this name:
 - depth: weights, prompt (index or ``mean``), layer_a, layer_b, k, metric, miscoupling (the
   value of that coupling metric, ``layerlaws.coupling.miscoupling``); the ``mean`` rows
@@ -50,19 +55,25 @@ TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
 - singular_values: weights, prompt, layer, rank (1..K), singular_value (of the last
   token's J^l);
 - tokens: weights, prompt, layer_a, layer_b, kind, token_a, token_b, k, metric,
-  miscoupling;
+  miscoupling, of the prompts kept (``coupling.keep_arrays``);
+- token_means: weights, prompt, layer_a, layer_b, kind, k, metric, pairs, miscoupling:
+  per prompt with Jacobians, the mean of its token-wise rows over its ``pairs`` pairs of
+  distinct tokens (``layerlaws.coupling.token_means``);
 - trajectories: weights, prompt, token, lss, expodistance, equidistance_cv, text;
 - layers: weights, prompt, token, layer (0..L), norm, step_length, lss_window (NaN at 0),
   logit_entropy, next_token_loss (nats; NaN at the last token)."""
+UNKEPT_TABLES = tuple(name for name in TABLES if name != "tokens")
+"""The tables that hold the rows of every prompt, kept or not."""
 ARRAYS = ("factors", "couplings", "streams")
 """The set's arrays (uncompressed ``.npz``), each a rule output of this name:
 - factors: ``<weights>/<prompt>/{u,s,v}``, top-K factors of the last-token Jacobians;
 - couplings: ``k``, K (the smallest of ``ks``); ``token_layers``, the first token layer
   pair (l, l′); ``depth/<weights>/<prompt>``, A of every depth pair (L, L, K, K), and
-  ``depth/<weights>/mean_abs``, their mean |A| over prompts; ``tokens/<weights>/<prompt>``,
-  A of the ``self`` kind at that pair (T, T, K, K), of the first prompt whose Jacobians
-  are measured. float32;
-- streams: ``<weights>/<prompt>``, the raw residual stream (L + 1, T, d)."""
+  ``depth/<weights>/mean_abs``, their mean |A| over every prompt with Jacobians;
+  ``tokens/<weights>/<prompt>``, A of the ``self`` kind at that pair (T, T, K, K), of the
+  first prompt whose Jacobians are measured. float32;
+- streams: ``<weights>/<prompt>``, the raw residual stream (L + 1, T, d).
+Each ``<prompt>`` is one of the prompts kept (``coupling.keep_arrays``)."""
 SUFFIX = ".prompts"
 """Of a job's folder of measured prompts, beside its progress save."""
 
@@ -107,6 +118,13 @@ def prompt_folder(saves: ProgressSaves) -> Path:
     return saves.path.with_suffix(SUFFIX)
 
 
+def _without_arrays(measurement: PromptMeasurement) -> PromptMeasurement:
+    """A prompt's measurement as a job that does not keep its arrays files it: its table
+    rows but the token-wise ones (their statistics kept), and its depth coupling matrices
+    for the set's mean |A|."""
+    return replace(measurement, factors={}, streams=None, token_couplings=None, tokens=[])
+
+
 def _write_prompt(path: Path, measurement: PromptMeasurement) -> None:
     """One prompt's measurement, pickled atomically (protocol 5: arrays written from their
     buffers, without a copy)."""
@@ -126,16 +144,19 @@ def measure_prompts(
     folder: str | Path,
     saves: ProgressSaves | None = None,
     jacobian_indices: Collection[int] | None = None,
+    kept: Collection[int] | None = None,
 ) -> PromptFiles:
     """``measure_prompt`` for the prompts (token ids) of ``indices`` under every weights
     (e.g. ``trained`` and ``random``) on ``device``, each written to its file in ``folder``
     as soon as it is measured; ``svd: auto`` decides for the longest of all ``prompts``, so
     that every shard of a set decides alike. Only the prompts of ``jacobian_indices`` (all
     when None; ``layerlaws.coupling.subset``) have their Jacobians measured, the rest their
-    trajectories. With ``saves`` the prompts measured by an earlier run of the same inputs
-    (its last save, their files in ``folder``) are kept, and how many are measured is saved
-    after each prompt that leaves some to measure; otherwise ``folder`` starts empty (the
-    caller removes the folder and the save once its outputs are written)."""
+    trajectories; only those of ``kept`` (all when None) keep their arrays in their files
+    (``_without_arrays``). With ``saves`` the prompts measured by an earlier run of the
+    same inputs (its last save, their files in ``folder``) are kept, and how many are
+    measured is saved after each prompt that leaves some to measure; otherwise ``folder``
+    starts empty (the caller removes the folder and the save once its outputs are
+    written)."""
     units = [
         (weights, index, [int(token) for token in prompts[index]])
         for weights in models
@@ -165,6 +186,8 @@ def measure_prompts(
                 else TRAJECTORY_KINDS
             ),
         )
+        if kept is not None and index not in kept:
+            measurement = _without_arrays(measurement)
         _write_prompt(files.path(weights, index), measurement)
         del measurement  # not held while the next prompt is measured
         report.update(number, f"last: {weights} prompt {index}, {len(ids)} tokens")
@@ -251,13 +274,16 @@ def write_outputs(
     token_coupling: TokenCoupling,
     settings: CouplingSettings,
     output: Any,
+    kept: Collection[int] | None = None,
 ) -> None:
     """The set's ``TABLES`` and ``ARRAYS`` from its ``measured`` prompts (one job's, or
     its shards'), each written atomically to the path ``output`` names after it (the rule's
     outputs), in the order of the weights measured and of ``labels`` (one per prompt: its
     tokens' texts), a prompt at a time: every table's rows and every array of a prompt are
     appended to the outputs before the next prompt is read, and the means over the prompts
-    (depth ``mean`` rows, ``mean_abs``) are running float64 sums."""
+    (depth ``mean`` rows, ``mean_abs``) are running float64 sums. The arrays and
+    token-wise rows are those of the prompts of ``kept`` (all when None), the other tables
+    and the means of every prompt."""
     weights_names = list(dict.fromkeys(weights for weights, _ in measured.units))
     with ExitStack() as stack:
         tables = {name: stack.enter_context(csv_rows(getattr(output, name))) for name in TABLES}
@@ -270,14 +296,17 @@ def write_outputs(
             absolute, count = np.zeros(()), 0
             for index in range(len(labels)):
                 prompt = measured.read(weights, index)
-                for name in TABLES:
+                keeps = kept is None or index in kept
+                for name in TABLES if keeps else UNKEPT_TABLES:
                     tables[name].add(_tagged(prompt, name, weights, index, labels[index]))
-                for key, array in prompt.factors.items():
-                    arrays["factors"].add(f"{weights}/{index}/{key}", array)
-                arrays["streams"].add(f"{weights}/{index}", prompt.streams)
+                if keeps:
+                    for key, array in prompt.factors.items():
+                        arrays["factors"].add(f"{weights}/{index}/{key}", array)
+                    arrays["streams"].add(f"{weights}/{index}", prompt.streams)
                 means.add(weights, prompt.depth)
                 if prompt.depth_couplings is not None:
-                    couplings.add(f"depth/{weights}/{index}", prompt.depth_couplings)
+                    if keeps:
+                        couplings.add(f"depth/{weights}/{index}", prompt.depth_couplings)
                     absolute = absolute + np.abs(prompt.depth_couplings).astype(np.float64)
                     count += 1
                     if count == 1:

@@ -25,6 +25,8 @@ class CouplingSettings(StageSettings):
     svd_seed: int
     init_seed: int
     lss_window: int
+    keep_arrays: int | str
+    """Which prompts' raw arrays the job writes (``layerlaws.coupling.kept``)."""
 
     @property
     def includes_final_norm(self) -> bool:

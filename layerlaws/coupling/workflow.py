@@ -22,6 +22,20 @@ PATHS = {
 prompt set and its figures; its shards' measurements (``coupling.shards``) and one
 shard's; its hidden trajectories and their figures."""
 
+MEASURED = {
+    "depth": "depth.csv",
+    "singular_values": "singular_values.csv",
+    "tokens": "tokens.csv",
+    "token_means": "token_means.csv",
+    "factors": "factors.npz",
+    "couplings": "couplings.npz",
+    "trajectories": "trajectories/tokens.csv",
+    "layers": "trajectories/layers.csv",
+    "streams": "trajectories/streams.npz",
+    "prompts": "prompts.csv",
+}
+"""The outputs of ``measure_coupling``, by name (``layerlaws.coupling.prompt_set``'s
+tables and arrays, and the prompts), under a coupling run's folder."""
 COUPLING_FIGURES = (
     "depth",
     "tokens",

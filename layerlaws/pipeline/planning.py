@@ -229,8 +229,9 @@ class JobPlanner:
 
 def plan_table(rows: list[dict[str, Any]]) -> str:
     """The plan as a text table, with totals: every job's GPUs × memory, host memory, disk
-    of its outputs and runtime, and beside them what a float32 cache of every layer's
-    states (the pipeline's layout before statistics were streamed) would take."""
+    of its outputs (with what it removes when it ends) and runtime, and beside them what a
+    float32 cache of every layer's states (the pipeline's layout before statistics were
+    streamed) would take."""
     lines = [
         f"{'job':18s} {'model':26s} {'data':14s} {'params':>8s} {'tokens':>12s} "
         f"{'GPUs x GiB':>11s} {'host GiB':>9s} {'outputs':>9s} {'minutes':>8s} "
@@ -251,8 +252,11 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
     scratch = max((row["scratch_mb"] for row in rows), default=0) * 2**20
     cache = sum(row["cache_bytes_float32"] for row in rows)
     lines.append(
-        f"total outputs of these jobs: {_size(outputs)} (scratch disk while a job runs: "
-        f"{_size(scratch)} at most); a float32 cache of every layer's "
+        f"total outputs of these jobs: {_size(outputs)} (each job's disk at its largest: a "
+        "coupling job's prompt files beside its outputs until it ends; not counted: the "
+        "packed training corpora, token tables and hub downloads, docs/gpus-and-clusters.md"
+        f"#what-takes-the-disk); scratch disk while a job runs: {_size(scratch)} at most; a "
+        "float32 cache of every layer's "
         f"states would take {_size(cache)}; models sized by: "
         + ", ".join(sorted({f"{row['model']}: {row['sized_by']}" for row in rows}))
     )

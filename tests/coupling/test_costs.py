@@ -10,11 +10,15 @@ import pytest
 from layerlaws.coupling.costs import (
     FORMED,
     KEY_VALUE_SHARE,
+    LAYER_ROW_DISK_BYTES,
     MATRIX_FREE,
+    ROW_DISK_BYTES,
     TOKEN_BYTES,
+    OutputPrompts,
     PromptShape,
     coupling_merge_needs,
     coupling_needs,
+    coupling_output_bytes,
     prompt_host_bytes,
     sketch_products,
     twin_host_bytes,
@@ -78,6 +82,7 @@ PAPER_SETTINGS = {
     "token_layers": [],
     "products": "token_local",
     "svd": "auto",
+    "keep_arrays": "figures",
 }
 
 
@@ -90,11 +95,12 @@ def prompt_set(prompts: int) -> dict:
     }
 
 
-def planned(prompts: int, **options):
-    """The needs of the paper's coupling of a 70B Llama (nf4, on GPUs) on ``prompts``."""
+def planned(prompts: int, keep_arrays: int | str = "figures", **options):
+    """The needs of the paper's coupling of a 70B Llama (nf4, on GPUs) on ``prompts``, the
+    arrays of those ``keep_arrays`` says kept."""
     return coupling_needs(
         size=LLAMA_70B,
-        settings=PAPER_SETTINGS,
+        settings=PAPER_SETTINGS | {"keep_arrays": keep_arrays},
         prompt_set=prompt_set(prompts),
         shards=1,
         dtype="bfloat16",
@@ -109,7 +115,7 @@ def planned(prompts: int, **options):
 def test_a_coupling_jobs_host_memory_grows_with_its_prompts_by_their_tokens_alone():
     """Each prompt's streams (L + 1, T, d) float32, 340 MB here under each weights, are
     written as they are measured: ten times the prompts add their tokens only."""
-    few, many = planned(120), planned(1201)
+    few, many = planned(120, "all"), planned(1201, "all")
     tokens_mb = (1201 - 120) * 128 * TOKEN_BYTES / 2**20
     assert many.mem_mb - few.mem_mb == pytest.approx(tokens_mb, abs=1)
     streams_mb = (1201 - 120) * 2 * 81 * 128 * 8192 * 4 / 2**20
@@ -143,11 +149,94 @@ def test_a_twin_whose_embeddings_outweigh_its_blocks_plans_its_embeddings():
 
 def test_the_merge_of_coupling_shards_holds_one_prompt():
     """The merge reads the shards a prompt at a time: its host memory is far below the
-    outputs it writes, and grows with the prompts by their tokens alone."""
+    outputs it writes (every prompt's arrays kept), and grows with the prompts by their
+    tokens alone."""
+    every = PAPER_SETTINGS | {"keep_arrays": "all"}
     few, many = (
-        coupling_merge_needs(size=LLAMA_70B, settings=PAPER_SETTINGS, prompt_set=prompt_set(n))
+        coupling_merge_needs(size=LLAMA_70B, settings=every, prompt_set=prompt_set(n))
         for n in (120, 1201)
     )
     assert many.gpu == 0 and many.mem_mb < 5 * 1024 < many.disk_mb / 100
     tokens_mb = (1201 - 120) * 128 * TOKEN_BYTES / 2**20
     assert many.mem_mb - few.mem_mb == pytest.approx(tokens_mb, abs=1)
+
+
+STREAMS = 4 * 81 * 128 * 8192
+"""One prompt's residual streams at 70B under one weights: (L + 1, T, d) float32."""
+FACTORS = 4 * (2 * 8192 + 1) * 80 * 50
+"""Its top-50 factors U, V (L, d, K) and S (L, K)."""
+DEPTH = 4 * 80**2 * 10**2
+"""Its depth coupling matrices at K = 10 (L, L, K, K)."""
+TOKEN_ROWS = 3 * 128**2 * 3 * 4
+"""Its token-wise rows: three kinds of T² pairs at the middle layer, each of 3 Ks and 4
+metrics; its statistics (token_means.csv) one per kind, K and metric."""
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("keep", "shards", "counted"),
+    [
+        ("figures", 1, OutputPrompts(1201, 100, 1, 1)),
+        (10, 1, OutputPrompts(1201, 100, 10, 10)),
+        ("all", 1, OutputPrompts(1201, 100, 1201, 100)),
+        ("figures", 4, OutputPrompts(301, 25, 1, 1)),
+        ("all", 4, OutputPrompts(301, 25, 301, 25)),
+    ],
+)
+def test_the_plan_counts_the_prompts_whose_arrays_are_kept(keep, shards, counted):
+    """The set's own texts come first and have their Jacobians: the figures' prompt is the
+    first; a count keeps that many; a shard holds its share, the kept at most."""
+    assert OutputPrompts.of(prompt_set(1201), keep, shards) == counted
+
+
+def test_a_drawn_subset_may_keep_a_second_prompt_for_the_figures():
+    """Without texts of the set's own, the first prompt (its trajectories) may not be the
+    first whose Jacobians are drawn (its coupling matrices)."""
+    drawn = {
+        "texts": [],
+        "dataset": ["a", "b"],
+        "n_from_dataset": 50,
+        "jacobian_prompts": 6,
+        "jacobian_draw": "per_dataset",
+    }
+    assert OutputPrompts.of(drawn, "figures") == OutputPrompts(100, 6, 2, 2)
+    assert OutputPrompts.of(drawn | {"jacobian_draw": "first"}, "figures").kept == 1
+    assert OutputPrompts.of(drawn, 3) == OutputPrompts(100, 6, 4, 4)
+
+
+def test_a_coupling_jobs_disk_follows_the_arrays_it_keeps():
+    """Keeping every prompt's arrays adds, in the outputs and in the prompts' files, the
+    streams of the 1,200 others and the factors, depth matrices and token-wise rows of the
+    99 others with Jacobians, under both weights; the files keep every depth matrix either
+    way (the mean |A| is summed from them)."""
+    kept, every = planned(1201), planned(1201, "all")
+    added = 2 * (1200 * STREAMS + 99 * (FACTORS + DEPTH + TOKEN_ROWS * ROW_DISK_BYTES))
+    assert (every.disk_mb - kept.disk_mb) * MIB == pytest.approx(
+        2 * added - 2 * 99 * DEPTH, abs=MIB
+    )
+    assert kept.disk_mb * MIB < 2 * (every.disk_mb * MIB - 2 * added)  # the tables, twice
+
+
+def test_the_merge_writes_the_arrays_the_setting_keeps():
+    few, every = (
+        coupling_merge_needs(
+            size=LLAMA_70B,
+            settings=PAPER_SETTINGS | {"keep_arrays": keep},
+            prompt_set=prompt_set(1201),
+        )
+        for keep in (10, "all")
+    )
+    added = 2 * (1191 * STREAMS + 90 * (FACTORS + DEPTH + TOKEN_ROWS * ROW_DISK_BYTES))
+    assert (every.disk_mb - few.disk_mb) * MIB == pytest.approx(added, abs=MIB)
+
+
+def test_the_output_bytes_are_the_tables_and_the_kept_arrays():
+    """coupling_output_bytes of the figures' prompt alone: every prompt's rows but the
+    token-wise ones, which one prompt has (the others their statistics), one prompt's
+    streams, factors and depth and token matrices, and the mean |A|."""
+    statistics = TOKEN_ROWS // 128**2
+    rows = 1201 * 128 + 100 * (80**2 * 3 * 4 + statistics + 80 * 50) + TOKEN_ROWS
+    layer_rows = 1201 * 128 * 81
+    arrays = STREAMS + FACTORS + 2 * DEPTH + 4 * 128**2 * 10**2
+    written = coupling_output_bytes(LLAMA_70B, OutputPrompts(1201, 100, 1, 1), 128, PAPER_SETTINGS)
+    assert written == 2 * (rows * ROW_DISK_BYTES + layer_rows * LAYER_ROW_DISK_BYTES + arrays)

@@ -2,7 +2,9 @@
 outputs of an uninterrupted run, bit for bit on the CPU: through ``measure_prompts``
 (a raised exception after a save standing in for a kill) and through a real Snakemake run
 of ``measure_coupling`` killed with SIGKILL (``tests/fault_injection``). Saves of other
-inputs or of other prompts are discarded."""
+inputs or of other prompts are discarded. The Snakemake runs keep the arrays of the first
+two of their three prompts (``coupling.keep_arrays: 2``): their prompts' files hold no
+others', and shards and resumed jobs write the same outputs."""
 
 from __future__ import annotations
 
@@ -24,13 +26,14 @@ from layerlaws.core.shards import shard_indices
 from layerlaws.coupling.job import ShardArchives, write_shard
 from layerlaws.coupling.measurement import TokenCoupling
 from layerlaws.coupling.settings import CouplingSettings
+from layerlaws.coupling.workflow import MEASURED
 from layerlaws.models.loading import coupling_twins
 
 PROMPTS = [[1, 5, 9, 14, 3], [1, 22, 8, 30], [1, 4, 12, 6, 19]]
 SETTINGS = CouplingSettings(ks=(2, 3), token_layers=((2, 4),), svd="randomized", svd_seed=3)
 UNITS = 2 * len(PROMPTS)
 """Prompts measured by a run: every prompt under the trained weights and the twin's."""
-TABLES = ("depth", "singular_values", "tokens", "trajectories", "layers")
+TABLES = ("depth", "singular_values", "tokens", "token_means", "trajectories", "layers")
 ARRAYS = ("factors", "streams", "couplings")
 
 
@@ -170,19 +173,7 @@ def test_a_run_that_does_not_resume_removes_the_save_of_the_files_it_overwrites(
 
 
 COUPLING = "results/coupling/tiny-llama/few"
-OUTPUTS = [
-    f"{COUPLING}/{name}"
-    for name in (
-        "depth.csv",
-        "singular_values.csv",
-        "tokens.csv",
-        "factors.npz",
-        "couplings.npz",
-        "trajectories/tokens.csv",
-        "trajectories/layers.csv",
-        "trajectories/streams.npz",
-    )
-]
+OUTPUTS = [f"{COUPLING}/{path}" for name, path in MEASURED.items() if name != "prompts"]
 
 
 CONFIG = {
@@ -193,6 +184,7 @@ CONFIG = {
         "token_layers": [[2, 4]],
         "svd": "randomized",
         "lss_window": 2,
+        "keep_arrays": 2,
     },
 }
 
@@ -213,6 +205,57 @@ def one_job(llama_folder, tmp_path_factory):
     write_config(finished, workflow_config(llama_folder, finished))
     run_ok(finished, OUTPUTS[0])
     return finished
+
+
+@pytest.mark.slow
+def test_a_count_keeps_that_many_prompts_arrays_and_token_rows_and_every_prompts_others(one_job):
+    folder = one_job / COUPLING
+    for table in ("depth.csv", "token_means.csv", "trajectories/layers.csv"):
+        rows = pl.read_csv(folder / table, infer_schema=False)
+        assert set(rows["prompt"]) - {"mean"} == {"0", "1", "2"}, table
+    tokens = pl.read_csv(folder / "tokens.csv", infer_schema=False)
+    assert set(tokens["prompt"]) == {"0", "1"}
+    with np.load(folder / "trajectories/streams.npz") as streams:
+        assert sorted(streams.files) == [f"{w}/{p}" for w in ("random", "trained") for p in (0, 1)]
+    with np.load(folder / "factors.npz") as factors:
+        assert {name.rsplit("/", 1)[0] for name in factors.files} == {
+            f"{w}/{p}" for w in ("random", "trained") for p in (0, 1)
+        }
+    with np.load(folder / "couplings.npz") as couplings:
+        assert {name for name in couplings.files if name.startswith("depth/")} == {
+            f"depth/{w}/{p}" for w in ("random", "trained") for p in (0, 1, "mean_abs")
+        }
+
+
+def test_the_files_of_prompts_not_kept_hold_no_arrays(llama_folder, uninterrupted, tmp_path):
+    """Prompts measured with prompts 0 and 1 kept: the third's files hold its rows but the
+    token-wise ones (their statistics kept) and depth matrices (for the mean |A|) but no
+    streams, factors or token matrices; the outputs written from them the uninterrupted
+    tables and mean |A|, and the token-wise rows and arrays of prompts 0 and 1 alone."""
+    twins = coupling_twins(llama_folder, None, "float32", "cpu", SETTINGS.init_seed)
+    coupling = TokenCoupling.of(SETTINGS, 4)
+    kept = {0, 1}
+    files = measured_files(
+        twins, PROMPTS, tmp_path / "prompts", settings=SETTINGS, token_coupling=coupling, kept=kept
+    )
+    for weights in ("trained", "random"):
+        unkept = files.read(weights, 2)
+        assert unkept.streams is None and unkept.factors == {} and unkept.token_couplings is None
+        assert unkept.depth_couplings.shape == (4, 4, 2, 2) and unkept.tokens == []
+        assert unkept.token_means
+        assert files.read(weights, 1).streams.shape == (5, 4, 24)  # (L + 1, T, d)
+    result = written(files, PROMPTS, coupling, SETTINGS, kept=kept)
+    for name in TABLES:
+        expected = getattr(uninterrupted, name)
+        if name == "tokens":
+            assert set(expected["prompt"]) == {"0", "1", "2"}
+            expected = expected.filter(pl.col("prompt") != "2")
+        assert getattr(result, name).equals(expected), name
+    for name in ARRAYS:
+        every, arrays = getattr(uninterrupted, name), getattr(result, name)
+        assert list(arrays) == [key for key in every if "/2" not in key], name
+        for key, array in arrays.items():
+            assert np.array_equal(array, every[key]), f"{name} {key}"
 
 
 def assert_same_outputs(workdir, expected):

@@ -1,8 +1,9 @@
 """Independent references for the trajectory tables of a real Snakemake run (Aubry et al.
 §3.2–3.3, Figs. 23–25): ``trajectories/tokens.csv`` and ``trajectories/layers.csv`` of the
 tiny workflow's coupling run (tiny-llama on the prompts ``few``, trained and random
-weights) recomputed with NumPy from ``streams.npz``, the residual streams x^0 … x^L of
-every token that the same job wrote.
+weights; every prompt's arrays kept, ``coupling.keep_arrays: all``) recomputed with NumPy
+from ``streams.npz``, the residual streams x^0 … x^L of every token that the same job
+wrote.
 
 Nothing of layerlaws computes a reference; each quantity is written from the paper:
 - LSS = L / ‖x̃^L − x̃^0‖, x̃^0 = x^0, x̃^l = x̃^{l−1} + (x^l − x^{l−1}) / ‖x^l − x^{l−1}‖
@@ -77,8 +78,8 @@ def window_score(points: np.ndarray, block: int, width: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def trajectories(finished):
-    folder = finished / "results/coupling/tiny-llama/few/trajectories"
+def trajectories(every_array):
+    folder = every_array / "results/coupling/tiny-llama/few/trajectories"
     with np.load(folder / "streams.npz") as npz:
         streams = {key: npz[key].astype(np.float64) for key in npz.files}
     read = {"schema_overrides": {"prompt": pl.String}}
