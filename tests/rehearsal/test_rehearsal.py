@@ -158,13 +158,18 @@ def test_an_unknown_hub_model_is_refused_with_the_table_to_extend():
 def hub_home(tmp_path):
     """The Hugging Face home the tests read offline (tests/conftest.py), its rehearsal
     stand-ins removed after."""
+    yield from _home_writing(
+        "hub/models--rehearsal-test--pythia-tiny", "datasets/rehearsal-test___pile"
+    )
+
+
+def _home_writing(*folders: str):
+    """The Hugging Face home the tests read offline (tests/conftest.py), yielded once
+    ``folders`` (relative to it) are checked absent; removed after."""
     from huggingface_hub import constants
 
     home = Path(constants.HF_HUB_CACHE).parent
-    written = [
-        home / "hub" / "models--rehearsal-test--pythia-tiny",
-        home / "datasets" / "rehearsal-test___pile",
-    ]
+    written = [home / folder for folder in folders]
     assert not any(path.exists() for path in written)
     yield home
     for path in written:
@@ -269,17 +274,9 @@ def test_job_uses_read_the_last_line_of_real_jobs_logs(tmp_path):
 def recorded_home():
     """The Hugging Face home the tests read offline, its stand-ins of a repository
     without a tokenizer and of its tokenizer's repository removed after."""
-    from huggingface_hub import constants
-
-    home = Path(constants.HF_HUB_CACHE).parent
-    written = [
-        home / "hub" / "models--rehearsal-test--gpt2-no-tokenizer",
-        home / "hub" / "models--rehearsal-test--gpt2",
-    ]
-    assert not any(path.exists() for path in written)
-    yield home
-    for path in written:
-        shutil.rmtree(path, ignore_errors=True)
+    yield from _home_writing(
+        "hub/models--rehearsal-test--gpt2-no-tokenizer", "hub/models--rehearsal-test--gpt2"
+    )
 
 
 def test_stand_ins_hold_exactly_the_recorded_files_and_borrow_a_tokenizer(recorded_home, tmp_path):
