@@ -67,7 +67,8 @@ def test_many_problems_are_cut_to_the_first_ten_and_a_count():
     assert len(found) == MOST_PROBLEMS + 1 and found[-1] == "… and 3 more"
     assert found[0] == (
         "key00: unknown key; known keys: coupling, datasets, equilearning, execution, "
-        "hidden_states, models, plots, rehearsal, runs, series, signatures, synthetic, training"
+        "hidden_states, hub_files, models, plots, rehearsal, runs, series, signatures, "
+        "synthetic, training"
     )
 
 

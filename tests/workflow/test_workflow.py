@@ -332,6 +332,8 @@ def test_execution_settings_rerun_nothing(finished, base_config, tmp_path):
         "lock_dir": str(tmp_path / "other-locks"),
         "hidden_state_shard_rows": 97,
         "gpu_memory_gb": 16,
+        "fuzziness_host_gb": 0,
+        "gpus_per_node": 2,
         "vjp_chunk": 5,
         "shard_texts": 7,
         "duckdb_memory_mb": 300,
