@@ -1,6 +1,7 @@
 """The representation geometry of every layer, streamed from the model pass: a named
 observer (``layerlaws.forward.observers``) that adds up float64 sums on each layer's device
-and turns them into one table row per layer.
+and turns them into one table row per layer. Each quantity's formula, range, reference and
+where the project differs are in docs/numerics.md ("Representation geometry").
 
 What each layer's rows x (its text tokens' states, d wide) add up to:
 
@@ -10,21 +11,20 @@ What each layer's rows x (its text tokens' states, d wide) add up to:
   theirs uncentred: the singular values of Z are √λ(Σxxᵀ);
   ``alpha_req``, α-ReQ's power-law exponent (Agrawal et al. 2022, the decay coefficient
   α) of the eigenvalues of the covariance (Σxxᵀ − n x̄x̄ᵀ) / (n − 1), as theirs centred;
-  ``dataset_entropy`` under ``dataset_rows: tokens``, the Rényi entropy of Σxxᵀ's spectrum
-  (the Gram matrix ZZᵀ of the rows has the same nonzero eigenvalues).
+  ``dataset_entropy`` under ``dataset_rows: tokens``, the Rényi entropy of Σxxᵀ's spectrum.
 - per text (its tokens are one batch row, in position order), on the device while the
-  batch passes: Skean et al.'s (2025, §3) ``prompt_entropy``, the Rényi entropy of the
-  text's uncentred Gram matrix ZZᵀ (or ZᵀZ, whichever is smaller: the same nonzero
-  eigenvalues), and ``curvature``, the mean angle arccos(v_t·v_{t+1} / |v_t||v_{t+1}|)
-  between its consecutive steps v_t = x_{t+1} − x_t (radians; an angle with a zero step
-  is undefined and left out, and a text with no angle counts for nothing); each summed
-  over texts with its count, the table giving the mean over texts. And Σ m mᵀ of the
-  texts' mean states m: under ``dataset_rows: texts`` (the default) the
-  ``dataset_entropy`` is that of Skean et al., on the Gram matrix of the mean-pooled
-  texts, uncentred, whose nonzero eigenvalues are Σ m mᵀ's.
-- Σ x/|x|, for the ``anisotropy``: the mean cosine between distinct token states (over all
-  pairs i ≠ j of the dataset's tokens, those of one text included; Ethayarajh 2019,
-  'Adjusting for Anisotropy', samples such pairs), (|Σu|² − n) / (n(n − 1)) with u = x/|x|.
+  batch passes (``layerlaws.geometry.prompts``): Skean et al.'s (2025, §3)
+  ``prompt_entropy`` and ``curvature`` of its states (by default normalised per text as
+  the authors' released code does), each summed over the texts that have one with their
+  count, the table giving the mean over texts; and the text's mean state, a row of the
+  ``dataset_entropy``'s matrix under ``dataset_rows: texts`` (the default, Skean et al.'s):
+  the rows themselves while there are at most d of them (the Gram matrix ZZᵀ is the smaller,
+  and the authors clip its negative entries), then their second moment ZᵀZ.
+- Σ x/|x| and, per text, |Σ_text x/|x||² and its tokens squared, for the ``anisotropy``:
+  the mean cosine between the states of two tokens of different texts (Ethayarajh 2019,
+  'Adjusting for Anisotropy': words drawn uniformly from different contexts),
+  (|Σu|² − Σ_t |Σ_{i∈t} u_i|²) / (n² − Σ_t n_t²) with u = x/|x|; under ``anisotropy_pairs:
+  all``, over every pair i ≠ j, those of one text included, (|Σu|² − n) / (n(n − 1)).
 - per compared pair of layers l < m, the cross-moment Σ x_l x_mᵀ: ``cka_previous`` (l − 1
   against l) and ``cka_last`` (l against L; without ``cka_against_last`` not measured
   and not a column) are linear CKA (Kornblith et al. 2019, 'Comparing Similarity
@@ -32,27 +32,28 @@ What each layer's rows x (its text tokens' states, d wide) add up to:
   same rows: the previous layer's are kept until the next arrives and, against the last,
   every layer's until the last arrives.
 
-Each batch's matrix products (of its states, the texts' Gram matrices and the sums over
-the batch) are made in ``product_dtype``, float32 by default, and added into float64
-sums. The products of second and cross-moments are of the batch's states shifted by their
-mean c, rounded to that dtype: Σ x_l x_mᵀ = Σ y_l y_mᵀ + (Σ y_l) c_mᵀ + c_l (Σ y_m)ᵀ
-+ n c_l c_mᵀ with y = x − c, the last three terms in float64, so that float32 rounds
-relative to the batch's spread, not to its mean (every quantity within 4e-7 of float64
-products on SmolLM2's states). The steps of the curvature are made in float64 from the
-float32 differences: arccos near π turns the rounding of a cosine into its square root.
+Every moment is of the states shifted by a fixed shift c per layer (the mean state of the
+first batch it sees, rounded to the product dtype): y = x − c, so that a float32 product
+rounds relative to the states' spread, not to the offset they share. What is summed is Σy,
+Σyyᵀ and Σ y_l y_mᵀ; at table time Σxxᵀ = Σyyᵀ + (Σy)cᵀ + c(Σy)ᵀ + n ccᵀ, the centred
+second moment is Σyyᵀ − (Σy)(Σy)ᵀ/n and the centred cross-moment Σ y_l y_mᵀ −
+(Σy_l)(Σy_m)ᵀ/n, in float64. The cross-moments and the texts' Gram matrices are made in
+``product_dtype``, float32 by default, and added into float64 sums; the second moment is
+made in float64 products whatever it says: float32 products leave spurious small
+eigenvalues in a layer of lower rank than d (few texts, repeated tokens), whose square roots
+RankMe adds up. The texts' normalisation, steps and angles are made in float64.
 
-Memory and time are in ``layerlaws.geometry.costs`` (17.3 GB of accumulators at d = 4,096
-and L = 32, 540 kB of kept states per batch token in float32). Everything is merged in
-float64 as sums, so shards merge by adding (``merge_``) and a pass resumes from its
+Memory and time are in ``layerlaws.geometry.costs``. Everything is merged in float64 as
+sums, so shards merge by adding (``merge_``) and a pass resumes from its
 ``progress_attributes``. A state holding NaN makes its layer's quantities NaN (and the
 CKA of the pairs it is in); a zero state makes the anisotropy NaN. A layer with no rows
 (a pass over no text tokens) has a row of NaN with ``n_rows`` 0.
 
 ``observe`` is atomic: everything that allocates (the layer's accumulators when first
-seen, the shifted states, the texts' padded states, one d × d matrix that each product
-is made in before it is added) is made before anything is added, and the adding
-allocates nothing. After an out-of-memory split the halves' rows are looked up in the
-kept states of the whole batch (by row number), which stay until each row's last
+seen, the shifted states, the texts' padded states and per-text quantities, one d × d
+matrix that each product is made in before it is added) is made before anything is added,
+and the adding allocates nothing. After an out-of-memory split the halves' rows are looked
+up in the kept states of the whole batch (by row number), which stay until each row's last
 comparison is made.
 """
 
@@ -69,13 +70,12 @@ from layerlaws.core.dtypes import torch_dtype
 from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.products import add_gram_
 from layerlaws.forward.model_pass import Batch
-from layerlaws.geometry import costs
+from layerlaws.geometry import costs, prompts
 from layerlaws.geometry.settings import GeometrySettings
 from layerlaws.geometry.spectra import (
     effective_rank,
     linear_cka,
     power_law_decay,
-    renyi_entropy,
     spectral_entropy,
 )
 
@@ -91,6 +91,19 @@ QUANTITIES = (
 )
 """The table's measured columns (see the module docstring), float64."""
 
+TEXT_SUMS = (
+    "texts",
+    "entropy_texts",
+    "entropy_sum",
+    "curvature_texts",
+    "curvature_sum",
+    "squared_lengths",
+    "text_unit_sums",
+)
+"""The entries of ``LayerSums.texts``: texts; texts with a prompt entropy and the sum of
+theirs (nats); texts counted in the curvature and the sum of theirs (radians); Σ_t n_t²
+(tokens per text, squared); Σ_t |Σ_{i∈t} x_i/|x_i||²."""
+
 
 @dataclass
 class LayerSums:
@@ -98,28 +111,61 @@ class LayerSums:
 
     n: int
     """Rows (text tokens) observed."""
-    sum: torch.Tensor
-    """Σx, (d,)."""
+    shift: torch.Tensor
+    """c, (d,): the layer's fixed shift (its first batch's mean state, in the product
+    dtype's precision)."""
+    shifted_sum: torch.Tensor
+    """Σy, (d,), y = x − c."""
     second: torch.Tensor
-    """Σxxᵀ, uncentred, (d, d)."""
+    """Σyyᵀ, (d, d)."""
     unit_sum: torch.Tensor
     """Σ x/|x|, (d,)."""
     texts: torch.Tensor
-    """(4,): texts, Σ of their prompt entropies (nats), texts with an angle, Σ of their
-    curvatures (radians)."""
-    text_means: torch.Tensor | None
-    """Σ m mᵀ of the texts' mean states m, (d, d); None unless ``dataset_rows: texts``."""
+    """(len(TEXT_SUMS),): the per-text sums."""
+    text_rows: torch.Tensor | None
+    """(d, d): the dataset entropy's rows, the texts' mean states, while there are at most d
+    of them (the first ``texts`` rows), then their second moment ZᵀZ; None unless
+    ``dataset_rows: texts``."""
 
     @classmethod
-    def empty(cls, width: int, device: torch.device, text_means: bool) -> LayerSums:
-        def zeros(*shape: int) -> torch.Tensor:
-            return torch.zeros(*shape, dtype=torch.float64, device=device)
+    def empty(cls, shift: torch.Tensor, text_rows: bool) -> LayerSums:
+        """No rows yet, shifted by ``shift`` (d,) float64 (on the layer's device)."""
+        width = len(shift)
 
-        means = zeros(width, width) if text_means else None
-        return cls(0, zeros(width), zeros(width, width), zeros(width), zeros(4), means)
+        def zeros(*shape: int) -> torch.Tensor:
+            return shift.new_zeros(*shape)
+
+        rows = zeros(width, width) if text_rows else None
+        return cls(
+            0, shift, zeros(width), zeros(width, width), zeros(width), zeros(len(TEXT_SUMS)), rows
+        )
+
+    @property
+    def total(self) -> torch.Tensor:
+        """Σx, (d,)."""
+        return self.shifted_sum + self.n * self.shift
+
+    def uncentred(self) -> torch.Tensor:
+        """Σxxᵀ = Σyyᵀ + (Σy)cᵀ + c(Σy)ᵀ + n ccᵀ, (d, d)."""
+        moment = self.second.clone()
+        moment.addr_(self.shifted_sum, self.shift).addr_(self.shift, self.shifted_sum)
+        return moment.addr_(self.shift, self.shift, alpha=self.n)
+
+    def scatter(self) -> torch.Tensor:
+        """The centred second moment Σ(x − x̄)(x − x̄)ᵀ = Σyyᵀ − (Σy)(Σy)ᵀ/n, (d, d)."""
+        return self.second - torch.outer(self.shifted_sum, self.shifted_sum) / self.n
+
+    def text_sum(self, name: str) -> torch.Tensor:
+        """The per-text sum ``name`` (of ``TEXT_SUMS``), a 0-d view."""
+        return self.texts[TEXT_SUMS.index(name)]
+
+    @property
+    def row_count(self) -> int:
+        """Rows of the dataset entropy's matrix so far: one per text."""
+        return int(self.text_sum("texts"))
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The tensors by field name (``text_means`` only when held)."""
+        """The tensors by field name (``text_rows`` only when held)."""
         return {
             field.name: getattr(self, field.name)
             for field in fields(self)
@@ -127,52 +173,60 @@ class LayerSums:
         }
 
     def add_(self, other: LayerSums) -> None:
-        """Add ``other``'s sums (another shard's rows) in place, on our device."""
-        self.n += other.n
-        for name, tensor in self.tensors().items():
-            tensor.add_(getattr(other, name).to(tensor.device))
+        """Add ``other``'s sums (another shard's rows, shifted by its own c) in place, on
+        our device."""
+        theirs = other.to(self.shift.device)
+        offset = theirs.shift - self.shift
+        if self.text_rows is not None:
+            rows = _merged_rows(self, theirs)
+        _reshift_(theirs.second, theirs.shifted_sum, offset, theirs.shifted_sum, offset, theirs.n)
+        theirs.shifted_sum.add_(offset, alpha=theirs.n)
+        self.n += theirs.n
+        for name in ("shifted_sum", "second", "unit_sum", "texts"):
+            getattr(self, name).add_(getattr(theirs, name))
+        if self.text_rows is not None:
+            self.text_rows.copy_(rows)
 
     def to(self, device: torch.device | str) -> LayerSums:
-        """A copy on ``device``."""
+        """A copy on ``device`` (a copy on ours too)."""
         moved = {name: tensor.to(device, copy=True) for name, tensor in self.tensors().items()}
-        return LayerSums(**{"n": self.n, "text_means": None, **moved})
+        return LayerSums(**{"n": self.n, "text_rows": None, **moved})
 
 
-@dataclass(frozen=True)
-class _Shifted:
-    """A layer's batch states for the products: shifted by their mean (rounded to the
-    product dtype), so that a float32 product rounds relative to their spread."""
-
-    values: torch.Tensor
-    """(n, d) in the product dtype: x − shift."""
-    shift: torch.Tensor
-    """(d,) float64: exactly what was subtracted."""
-    total: torch.Tensor
-    """(d,) float64: Σ values."""
-
-    @classmethod
-    def of(cls, states: torch.Tensor) -> _Shifted:
-        """``states`` (n, d), in the product dtype, shifted by their mean."""
-        shift = (states.sum(dim=0, dtype=torch.float64) / len(states)).to(states.dtype)
-        values = states - shift
-        return cls(values, shift.to(torch.float64), values.sum(dim=0, dtype=torch.float64))
-
-    def rows(self, where: torch.Tensor) -> _Shifted:
-        """The states of rows ``where`` (the same shift)."""
-        values = self.values[where]
-        return _Shifted(values, self.shift, values.sum(dim=0, dtype=torch.float64))
-
-
-def _add_product_(
-    moment: torch.Tensor, first: _Shifted, second: _Shifted, product: torch.Tensor
+def _reshift_(
+    moment: torch.Tensor,
+    first_sum: torch.Tensor,
+    first_offset: torch.Tensor,
+    second_sum: torch.Tensor,
+    second_offset: torch.Tensor,
+    n: int,
 ) -> None:
-    """Add Σ x_f x_sᵀ to ``moment`` (d, d) float64 in place, from ``product`` = Σ y_f y_sᵀ
-    of the shifted states y = x − c (product dtype, same rows): Σ x_f x_sᵀ = Σ y_f y_sᵀ
-    + (Σ y_f) c_sᵀ + c_f (Σ y_s)ᵀ + n c_f c_sᵀ, the corrections in float64."""
-    moment.add_(product)
-    moment.addr_(first.total, second.shift)
-    moment.addr_(first.shift, second.total)
-    moment.addr_(first.shift, second.shift, alpha=len(first.values))
+    """Turn ``moment`` = Σ y_f y_sᵀ (d, d) of states shifted by c into the same moment of the
+    states shifted by c − δ (δ = ``*_offset``, y′ = y + δ) in place: Σ y′_f y′_sᵀ = Σ y_f y_sᵀ
+    + (Σ y_f) δ_sᵀ + δ_f (Σ y_s)ᵀ + n δ_f δ_sᵀ, from the sums Σy before the shift."""
+    moment.addr_(first_sum, second_offset).addr_(first_offset, second_sum)
+    moment.addr_(first_offset, second_offset, alpha=n)
+
+
+def _merged_rows(ours: LayerSums, theirs: LayerSums) -> torch.Tensor:
+    """``ours.text_rows`` with ``theirs`` added: the rows of both while there are at most d,
+    else their second moments' sum; a new (d, d) tensor on our device."""
+    width, count = len(ours.shift), ours.row_count + theirs.row_count
+    their_rows = theirs.text_rows
+    if count <= width:
+        merged = ours.text_rows.clone()
+        merged[ours.row_count : count] = their_rows[: theirs.row_count]
+        return merged
+    return _rows_moment(ours.text_rows, ours.row_count) + _rows_moment(their_rows, theirs.row_count)
+
+
+def _rows_moment(text_rows: torch.Tensor, count: int) -> torch.Tensor:
+    """ZᵀZ of the dataset entropy's rows Z held in ``text_rows`` (d, d) after ``count``
+    rows (the rows themselves while count ≤ d, else ZᵀZ already); a new tensor."""
+    if count > len(text_rows):
+        return text_rows.clone()
+    rows = text_rows[:count]
+    return rows.T @ rows
 
 
 @dataclass
@@ -181,42 +235,23 @@ class _Kept:
 
     rows: np.ndarray
     """(n,) int64: the row numbers of the states (``Batch.row_numbers``)."""
-    states: _Shifted
-    """Shifted, in the product dtype, on the layer's device."""
+    states: torch.Tensor
+    """(n, d): y = x − c, in the product dtype, on the layer's device."""
     pending: np.ndarray
     """(n,) bool: the rows whose last comparison is still to come."""
 
 
 @dataclass(frozen=True)
-class _Texts:
-    """Where a batch's rows go among its texts: text ``slot`` (0..B−1) and ``rank`` (its
-    place by position in the text), and each text's ``length`` (rows)."""
+class _TextSums:
+    """One layer's per-text sums of a batch, made before any is added."""
 
-    slot: torch.Tensor
-    rank: torch.Tensor
-    length: torch.Tensor
-    longest: int
-
-    @classmethod
-    def of(cls, batch: Batch) -> _Texts:
-        _, slot = np.unique(batch.batch_index.numpy(), return_inverse=True)
-        slot = slot.reshape(-1)
-        order = np.lexsort((batch.position_index.numpy(), slot))
-        length = np.bincount(slot)
-        start = np.concatenate([[0], np.cumsum(length)[:-1]])
-        rank = np.empty(len(slot), dtype=np.int64)
-        rank[order] = np.arange(len(slot)) - start[slot[order]]
-        return cls(
-            torch.from_numpy(slot),
-            torch.from_numpy(rank),
-            torch.from_numpy(length),
-            int(length.max(initial=0)),
-        )
-
-    def to(self, device: torch.device) -> _Texts:
-        return _Texts(
-            self.slot.to(device), self.rank.to(device), self.length.to(device), self.longest
-        )
+    sums: torch.Tensor
+    """(len(TEXT_SUMS),) float64."""
+    rows: torch.Tensor | None
+    """(B, d) float64: the texts' mean states (None unless ``dataset_rows: texts``)."""
+    moment: torch.Tensor | None
+    """(d, d) float64: what ``LayerSums.text_rows`` becomes once these rows make more than d
+    (None while they do not)."""
 
 
 class GeometryObserver(costs.GeometryCosts):
@@ -231,7 +266,8 @@ class GeometryObserver(costs.GeometryCosts):
         self.layers: dict[int, LayerSums] = {}
         """Layer → its sums."""
         self.cross: dict[tuple[int, int], torch.Tensor] = {}
-        """(l, m) → Σ x_l x_mᵀ, uncentred, (d, d) float64 on layer m's device."""
+        """(l, m) → Σ y_l y_mᵀ of the layers' shifted states, (d, d) float64 on layer m's
+        device."""
         pairs = settings.layer_pairs(num_layers)
         self._earlier = {
             layer: [first for first, later in pairs if later == layer]
@@ -245,14 +281,14 @@ class GeometryObserver(costs.GeometryCosts):
         """Layer l → the last layer compared with it."""
         self._kept: dict[int, _Kept] = {}
         self._rows = np.empty(0, dtype=np.int64)
-        self._texts: _Texts | None = None
-        self._on_device: dict[torch.device, _Texts] = {}
+        self._texts: prompts.TextLayout | None = None
+        self._on_device: dict[torch.device, prompts.TextLayout] = {}
 
     def begin_batch(self, batch: Batch) -> None:
         """The rows that follow; kept states that do not hold all of them (an earlier
         batch's) are dropped."""
         self._rows = np.asarray(batch.row_numbers, dtype=np.int64)
-        self._texts = _Texts.of(batch)
+        self._texts = prompts.TextLayout.of(batch)
         self._on_device.clear()
         stale = [
             layer for layer, kept in self._kept.items() if not np.isin(self._rows, kept.rows).all()
@@ -274,45 +310,46 @@ class GeometryObserver(costs.GeometryCosts):
         if len(states) == 0:
             return
         # Prepared: everything that allocates.
-        device = states.device
-        sums = self._sums(layer, states.shape[1], device)
-        x = states.to(torch_dtype(self.settings.product_dtype))
-        shifted = _Shifted.of(x)
+        device, width = states.device, states.shape[1]
+        exact = states.to(torch.float64)
+        sums = self._sums(layer, exact)
+        shifted = exact - sums.shift
+        product_dtype = torch_dtype(self.settings.product_dtype)
+        kept = shifted.to(product_dtype)
         earlier = [
-            (self._cross(first, layer, states.shape[1], device), *self._kept_rows(first))
+            (self._cross(first, layer, width, device), *self._kept_rows(first))
             for first in self._earlier[layer]
         ]
-        product = x.new_empty(states.shape[1], states.shape[1])
-        norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float64)
-        unit_sum = (x * norms.reciprocal().to(x.dtype)[:, None]).sum(dim=0, dtype=torch.float64)
-        texts, means = self._text_sums(x)
+        product = kept.new_empty(width, width)
+        second = shifted.new_zeros(width, width)
+        add_gram_(second, shifted)
+        units = exact / torch.linalg.vector_norm(exact, dim=1, keepdim=True)
+        texts = self._text_sums(exact, units, sums)
         # Merged: nothing below allocates on the device.
-        sums.n += len(x)
-        sums.sum.add_(shifted.total).add_(shifted.shift, alpha=len(x))
-        add_gram_(product.zero_(), shifted.values)
-        _add_product_(sums.second, shifted, shifted, product)
-        sums.unit_sum.add_(unit_sum)
-        sums.texts.add_(texts)
-        if sums.text_means is not None:
-            add_gram_(sums.text_means, means)
+        sums.n += len(states)
+        sums.shifted_sum.add_(shifted.sum(dim=0))
+        sums.second.add_(second)
+        sums.unit_sum.add_(units.sum(dim=0))
+        self._add_text_sums_(sums, texts)
         for matrix, previous, _ in earlier:
-            torch.mm(previous.values.T, shifted.values, out=product)
-            _add_product_(matrix, previous, shifted, product)
+            matrix.add_(torch.mm(previous.T, kept, out=product))
         self._compared(layer, [where for _, _, where in earlier])
         if layer < self.num_layers:
-            self._kept[layer] = _Kept(self._rows, shifted, np.ones(len(states), dtype=bool))
+            self._kept[layer] = _Kept(self._rows, kept, np.ones(len(states), dtype=bool))
 
-    def _sums(self, layer: int, width: int, device: torch.device) -> LayerSums:
-        """The layer's sums, created (zero) when first needed."""
+    def _sums(self, layer: int, states: torch.Tensor) -> LayerSums:
+        """The layer's sums, created (zero, shifted by the mean of ``states`` (n, d) float64,
+        rounded to the product dtype) when first needed."""
         if layer not in self.layers:
+            mean = states.mean(dim=0).to(torch_dtype(self.settings.product_dtype))
             self.layers[layer] = LayerSums.empty(
-                width, device, self.settings.dataset_rows == "texts"
+                mean.to(torch.float64), self.settings.dataset_rows == "texts"
             )
         sums = self.layers[layer]
-        if len(sums.sum) != width:
+        if len(sums.shift) != states.shape[1]:
             raise LayerlawsError(
-                f"layer {layer}'s states are {width} wide, but its earlier ones were "
-                f"{len(sums.sum)}"
+                f"layer {layer}'s states are {states.shape[1]} wide, but its earlier ones were "
+                f"{len(sums.shift)}"
             )
         return sums
 
@@ -322,7 +359,7 @@ class GeometryObserver(costs.GeometryCosts):
             self.cross[first, layer] = torch.zeros(width, width, dtype=torch.float64, device=device)
         return self.cross[first, layer]
 
-    def _kept_rows(self, layer: int) -> tuple[_Shifted, np.ndarray | None]:
+    def _kept_rows(self, layer: int) -> tuple[torch.Tensor, np.ndarray | None]:
         """``layer``'s kept states of the current rows, and where those rows are among
         the kept ones (None: all of them, in order)."""
         kept = self._kept.get(layer)
@@ -340,7 +377,7 @@ class GeometryObserver(costs.GeometryCosts):
             raise LayerlawsError(
                 f"the geometry observer kept other rows of layer {layer} than this batch's"
             )
-        return kept.states.rows(torch.from_numpy(where).to(kept.states.values.device)), where
+        return kept.states[torch.from_numpy(where).to(kept.states.device)], where
 
     def _compared(self, layer: int, places: list[np.ndarray | None]) -> None:
         """Mark the current rows of the layers compared with ``layer`` for the last time as
@@ -353,46 +390,79 @@ class GeometryObserver(costs.GeometryCosts):
             if not kept.pending.any():
                 del self._kept[first]
 
-    def _text_sums(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch's per-text sums (``LayerSums.texts``), and its texts' mean states
-        (B, d) float64, from its rows ``x`` (n, d) in the product dtype."""
-        device = x.device
+    def _text_sums(self, states: torch.Tensor, units: torch.Tensor, sums: LayerSums) -> _TextSums:
+        """The batch's per-text sums (``TEXT_SUMS``) and dataset rows, from its rows
+        ``states`` (n, d) float64 and their unit vectors ``units`` (n, d) float64 (see
+        ``layerlaws.geometry.prompts``); allocates, adds nothing."""
+        device, settings = states.device, self.settings
         if device not in self._on_device:
             self._on_device[device] = self._texts.to(device)
-        texts = self._on_device[device]
-        padded = x.new_zeros(len(texts.length), texts.longest, x.shape[1])
-        padded[texts.slot, texts.rank] = x
-        length = texts.length.to(torch.float64)
-        curvature, curved = _curvatures(padded, texts.length)
-        entropy = self._prompt_entropies(padded).sum()
-        counts = torch.stack([length.new_tensor(float(len(length))), entropy])
-        sums = torch.cat([counts, torch.stack([curved.sum().to(length.dtype), curvature.sum()])])
-        return sums, padded.sum(dim=1, dtype=torch.float64) / length[:, None]
+        layout = self._on_device[device]
+        length = layout.length.to(torch.float64)
+        text_states = layout.padded(states)
+        if settings.prompt_states == "normalized":
+            text_states = prompts.normalized(text_states, layout.length)
+        entropy, measured = prompts.prompt_entropies(
+            text_states.to(torch_dtype(settings.product_dtype)),
+            layout.length,
+            settings.entropy_alpha,
+            clip=settings.prompt_states == "normalized",
+        )
+        curvature, counted = prompts.curvatures(
+            text_states, layout.length, absolute=settings.curvature_angle == "absolute"
+        )
+        text_units = units.new_zeros(len(length), units.shape[1])
+        text_units.index_add_(0, layout.slot, units)
+        values = [
+            length.new_tensor(float(len(length))),
+            measured.sum().to(torch.float64),
+            torch.where(measured, entropy, 0.0).sum(),
+            counted.sum().to(torch.float64),
+            torch.where(counted, curvature, 0.0).sum(),
+            (length**2).sum(),
+            (text_units**2).sum(),
+        ]
+        if sums.text_rows is None:
+            return _TextSums(torch.stack(values), None, None)
+        rows = text_states.sum(dim=1) / length[:, None]
+        count, width = sums.row_count + len(rows), states.shape[1]
+        moment = None
+        if count > width:
+            moment = _rows_moment(sums.text_rows, sums.row_count) + rows.T @ rows
+        return _TextSums(torch.stack(values), rows, moment)
 
-    def _prompt_entropies(self, padded: torch.Tensor) -> torch.Tensor:
-        """Each text's prompt entropy (B,) float64 from its zero-padded states (B, T, d): of
-        the Gram matrix (T ≤ d) or of ZᵀZ, and its eigenvalues, in the states' dtype; NaN
-        for a text holding NaN or infinity."""
-        narrow = padded.shape[1] <= padded.shape[2]
-        gram = padded @ padded.mT if narrow else padded.mT @ padded
-        finite = torch.isfinite(gram).all(dim=2).all(dim=1)
-        gram = torch.where(finite[:, None, None], gram, 0.0)
-        eigenvalues = torch.linalg.eigvalsh(gram).to(torch.float64)
-        entropy = renyi_entropy(eigenvalues, self.settings.entropy_alpha)
-        return torch.where(finite, entropy, torch.nan)
+    @staticmethod
+    def _add_text_sums_(sums: LayerSums, texts: _TextSums) -> None:
+        """Add a batch's per-text sums (``_text_sums``) to the layer's; allocates nothing."""
+        if texts.moment is not None:
+            sums.text_rows.copy_(texts.moment)
+        elif texts.rows is not None:
+            sums.text_rows[sums.row_count : sums.row_count + len(texts.rows)] = texts.rows
+        sums.texts.add_(texts.sums)
 
     def merge_(self, other: GeometryObserver) -> None:
-        """Add ``other``'s sums (a shard of other texts, an observer built alike)."""
+        """Add ``other``'s sums (a shard of other texts, an observer built alike, its
+        moments shifted by its own c: turned to ours first)."""
+        for (first, second), theirs in other.cross.items():
+            if (first, second) not in self.cross:
+                self.cross[first, second] = theirs.clone()
+                continue
+            ours = self.cross[first, second]
+            moment = theirs.to(ours.device, copy=True)
+            sums = [other.layers[first].to(ours.device), other.layers[second].to(ours.device)]
+            offsets = [
+                part.shift - self.layers[layer].shift.to(ours.device)
+                for part, layer in zip(sums, (first, second), strict=True)
+            ]
+            _reshift_(
+                moment, sums[0].shifted_sum, offsets[0], sums[1].shifted_sum, offsets[1], sums[0].n
+            )
+            ours.add_(moment)
         for layer, theirs in other.layers.items():
             if layer in self.layers:
                 self.layers[layer].add_(theirs)
             else:
-                self.layers[layer] = theirs.to(theirs.sum.device)
-        for pair, theirs in other.cross.items():
-            if pair in self.cross:
-                self.cross[pair].add_(theirs.to(self.cross[pair].device))
-            else:
-                self.cross[pair] = theirs.clone()
+                self.layers[layer] = theirs.to(theirs.shift.device)
 
     def table(self) -> pl.DataFrame:
         """One row per layer 0..L: ``layer``, ``n_rows``, ``n_texts`` and the quantities
@@ -409,30 +479,49 @@ class GeometryObserver(costs.GeometryCosts):
             return [layer, 0, 0, *[float("nan")] * len(QUANTITIES)]
         part = sums[layer]
         n, settings = part.n, self.settings
-        second, scatter = part.second.numpy(), _scatter(part)
-        texts = part.texts.numpy()
-        unit = part.unit_sum.numpy()
+        second, scatter = part.uncentred().numpy(), part.scatter().numpy()
+        text = dict(zip(TEXT_SUMS, part.texts.tolist(), strict=True))
         with np.errstate(invalid="ignore", divide="ignore"):
             values = [
                 effective_rank(second, n, settings.rankme_epsilon),
                 power_law_decay(scatter / (n - 1), n, settings.alpha_req_ranks),
                 spectral_entropy(
-                    second if part.text_means is None else part.text_means.numpy(),
+                    self._dataset_matrix(part),
                     settings.entropy_alpha,
                 ),
-                texts[1] / texts[0],
-                texts[3] / texts[2],
-                (unit @ unit - n) / (n * (n - 1)),
+                text["entropy_sum"] / text["entropy_texts"],
+                text["curvature_sum"] / text["curvature_texts"],
+                self._anisotropy(part, text),
                 self._cka(layer - 1, layer, sums),
                 self._cka(layer, self.num_layers, sums),
             ]
-        return [layer, n, int(texts[0]), *[float(value) for value in values]]
+        return [layer, n, int(text["texts"]), *[float(value) for value in values]]
+
+    def _dataset_matrix(self, part: LayerSums) -> np.ndarray:
+        """The matrix whose spectrum the dataset entropy is of (float64): the texts' rows'
+        Gram matrix ZZᵀ while they are at most d, else ZᵀZ, its negative entries set to 0
+        under ``prompt_states: normalized``; the second moment under ``dataset_rows:
+        tokens``."""
+        if part.text_rows is None:
+            return part.uncentred().numpy()
+        count = part.row_count
+        rows = part.text_rows.numpy()
+        matrix = rows[:count] @ rows[:count].T if count <= len(rows) else rows
+        return matrix.clip(min=0) if self.settings.prompt_states == "normalized" else matrix
+
+    def _anisotropy(self, part: LayerSums, text: dict[str, float]) -> float:
+        """The mean cosine between token states of different texts (or, under
+        ``anisotropy_pairs: all``, of every pair of tokens)."""
+        unit, n = part.unit_sum.numpy(), part.n
+        if self.settings.anisotropy_pairs == "all":
+            return (unit @ unit - n) / (n * (n - 1))
+        return (unit @ unit - text["text_unit_sums"]) / (n * n - text["squared_lengths"])
 
     def _cka(self, first: int, second: int, sums: dict[int, LayerSums]) -> float:
         """Linear CKA of layers ``first`` and ``second`` (1 for a layer with itself); NaN
         when the pair is not measured."""
         if first == second and first in sums:
-            return linear_cka(*[_scatter(sums[first])] * 3)
+            return linear_cka(*[sums[first].scatter().numpy()] * 3)
         if (first, second) not in self.cross or first not in sums or second not in sums:
             return float("nan")
         x, y = sums[first], sums[second]
@@ -441,27 +530,6 @@ class GeometryObserver(costs.GeometryCosts):
                 f"layers {first} and {second} were shown {x.n} and {y.n} rows; the geometry "
                 f"observer compares the same rows of every layer"
             )
-        cross = self.cross[first, second].cpu().numpy()
-        centred = cross - np.outer(x.sum.numpy(), y.sum.numpy()) / x.n
-        return linear_cka(centred, _scatter(x), _scatter(y))
-
-
-def _scatter(sums: LayerSums) -> np.ndarray:
-    """The centred second moment Σ(x − x̄)(x − x̄)ᵀ = Σxxᵀ − n x̄x̄ᵀ, (d, d) float64."""
-    total = sums.sum.numpy()
-    return sums.second.numpy() - np.outer(total, total) / sums.n
-
-
-def _curvatures(padded: torch.Tensor, length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each text's mean angle between consecutive steps (B,) (0 for a text with no
-    angle) and whether it has one (B,) bool, from its zero-padded states (B, T, d) and
-    lengths (B,)."""
-    steps = (padded[:, 1:] - padded[:, :-1]).to(torch.float64)
-    size = torch.linalg.vector_norm(steps, dim=2)
-    cosine = (steps[:, 1:] * steps[:, :-1]).sum(dim=2) / (size[:, 1:] * size[:, :-1])
-    place = torch.arange(cosine.shape[1], device=padded.device)
-    valid = (place < (length - 2)[:, None]) & (size[:, 1:] != 0) & (size[:, :-1] != 0)
-    angles = torch.where(valid, torch.arccos(cosine.clamp(-1.0, 1.0)), 0.0)
-    count = valid.sum(dim=1)
-    curved = count > 0
-    return torch.where(curved, angles.sum(dim=1) / count, 0.0), curved
+        cross = self.cross[first, second].cpu()
+        centred = cross - torch.outer(x.shifted_sum, y.shifted_sum) / x.n
+        return linear_cka(centred.numpy(), x.scatter().numpy(), y.scatter().numpy())

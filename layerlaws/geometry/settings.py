@@ -7,6 +7,9 @@ from layerlaws.core.errors import LayerlawsError
 from layerlaws.core.settings import StageSettings, allowed, settings_of
 
 DATASET_ROWS = allowed("equilearning.geometry.dataset_rows")
+PROMPT_STATES = allowed("equilearning.geometry.prompt_states")
+CURVATURE_ANGLES = allowed("equilearning.geometry.curvature_angle")
+ANISOTROPY_PAIRS = allowed("equilearning.geometry.anisotropy_pairs")
 PRODUCT_DTYPES = allowed("equilearning.geometry.product_dtype")
 
 
@@ -20,8 +23,24 @@ class GeometrySettings(StageSettings):
     and dataset entropy; 1 (the default, theirs) is its limit −Σ p log p."""
     dataset_rows: str
     """The rows of the dataset entropy's matrix: ``texts``, each text's mean token state
-    (Skean et al.'s dataset entropy, on mean-pooled prompts), or ``tokens``, every token
-    state (the spectrum of the layer's uncentred second moment; costs no extra memory)."""
+    (Skean et al.'s dataset entropy, on mean-pooled prompts, normalised as
+    ``prompt_states`` says), or ``tokens``, every raw token state (the spectrum of the
+    layer's uncentred second moment; costs no extra memory)."""
+    prompt_states: str
+    """The states Skean et al.'s prompt entropy, dataset entropy and curvature are made of:
+    ``normalized`` (the default, their released code: each text's token states centred on
+    its mean token state and each token scaled to unit length, and the Gram matrices'
+    negative entries set to 0) or ``raw`` (the states as they are, no clipping); see
+    ``layerlaws.geometry.prompts``."""
+    curvature_angle: str
+    """``absolute`` (the default, Skean et al.'s released code): arccos |cos| of consecutive
+    steps, in [0, π/2], a zero step counting as angle 0 and a text with no angle as 0;
+    ``signed`` (Hosseini & Fedorenko 2023): arccos cos, in [0, π], undefined angles and texts
+    without one left out."""
+    anisotropy_pairs: str
+    """The pairs of token states whose mean cosine is the anisotropy: ``other_texts`` (the
+    default; Ethayarajh 2019 draws words from different contexts) or ``all`` (every pair
+    of distinct tokens, those of one text included)."""
     alpha_req_ranks: tuple[int, int]
     """First and last rank (1 = the largest eigenvalue) of the covariance eigenvalues that
     α-ReQ's power law is fitted to, weighted by 1/rank (Agrawal et al. 2022, as their
@@ -29,9 +48,10 @@ class GeometrySettings(StageSettings):
     rankme_epsilon: float
     """The ε added to each normalised singular value in RankMe (Garrido et al. 2023, §3)."""
     product_dtype: str
-    """The dtype of each batch's matrix products (its second moments and the CKA's
-    cross-moments), ``float32`` or ``float64``: of the batch's states shifted by their mean,
-    added into float64 sums (see ``layerlaws.geometry.observer``)."""
+    """The dtype of each batch's CKA cross-moment products and its texts' Gram matrices,
+    ``float32`` or ``float64``, added into float64 sums; the layer's second moment (RankMe,
+    α-ReQ) is made in float64 products whatever this says (see
+    ``layerlaws.geometry.observer``)."""
     cka_against_last: bool
     """Also linear CKA between each layer and the last: keeps every layer's batch states
     until the last layer's arrive (see ``layerlaws.geometry.costs``)."""
@@ -57,6 +77,13 @@ class GeometrySettings(StageSettings):
             raise LayerlawsError(
                 f"geometry dataset_rows is {self.dataset_rows!r}; choose one of {DATASET_ROWS}"
             )
+        for key, value, choices in (
+            ("prompt_states", self.prompt_states, PROMPT_STATES),
+            ("curvature_angle", self.curvature_angle, CURVATURE_ANGLES),
+            ("anisotropy_pairs", self.anisotropy_pairs, ANISOTROPY_PAIRS),
+        ):
+            if value not in choices:
+                raise LayerlawsError(f"geometry {key} is {value!r}; choose one of {choices}")
         if self.product_dtype not in PRODUCT_DTYPES:
             raise LayerlawsError(
                 f"geometry product_dtype is {self.product_dtype!r}; choose one of {PRODUCT_DTYPES}"
