@@ -19,8 +19,8 @@ text tokens of a batch:
   (4.4 GB for a batch of 8,192 tokens); working copies of one layer's states (two in the
   product dtype; seven in float64: the shifted states of the second moment, the unit
   vectors, the texts' normalised states, the curvature's steps and their products), the
-  texts' Gram matrices (n × min(T, d)), and three d × d matrices (the product, the float64
-  second moment and the text rows' moment).
+  texts' Gram matrices (n × min(T, d)), and d × d matrices: the product, the float64 second
+  moment and, under ``dataset_rows: texts``, the text rows' moment.
 - time: per layer and token about (2/3)·2d² float64 operations for the second moment (a Gram
   product, ``layerlaws.core.products``), 2·min(T, d)·d for the text's Gram matrix and about
   (4/3)·min(T, d)³ / T for its eigenvalues (prompt entropy), 2d² / T for the text rows'
@@ -73,7 +73,8 @@ def bytes_on_device(
     copies = batch_tokens * d * (2 * product + FLOAT64_COPIES * FLOAT64_BYTES)
     gram = batch_tokens * width * (product + FLOAT64_BYTES)
     accumulators = accumulator_bytes(settings, hidden_size=d, num_layers=num_layers)
-    return accumulators + kept + copies + gram + d * d * (product + 2 * FLOAT64_BYTES)
+    matrices = d * d * (product + FLOAT64_BYTES * (2 if settings.dataset_rows == "texts" else 1))
+    return accumulators + kept + copies + gram + matrices
 
 
 def flops_per_token(

@@ -428,7 +428,7 @@ class GeometryObserver(costs.GeometryCosts):
         count, width = sums.row_count + len(rows), states.shape[1]
         moment = None
         if count > width:
-            moment = _rows_moment(sums.text_rows, sums.row_count) + rows.T @ rows
+            moment = _rows_moment(sums.text_rows, sums.row_count).addmm_(rows.T, rows)
         return _TextSums(torch.stack(values), rows, moment)
 
     @staticmethod

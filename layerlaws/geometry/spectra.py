@@ -37,9 +37,14 @@ def spectral_entropy(matrix: np.ndarray, alpha: float) -> float:
 def effective_rank(second_moment: np.ndarray, n_rows: int, epsilon: float) -> float:
     """RankMe (Garrido et al. 2023, §3) of the (n, d) matrix Z of the rows whose uncentred
     second moment ZᵀZ is ``second_moment``: with σ_k = √λ_k(ZᵀZ) the min(n, d) largest
-    singular values of Z, p_k = σ_k / Σσ + ε, RankMe = exp(−Σ p_k log p_k)."""
+    singular values of Z, p_k = σ_k / Σσ + ε, RankMe = exp(−Σ p_k log p_k). An eigenvalue
+    below d·ε₆₄·λ_max (ε₆₄ float64's machine epsilon; NumPy's ``matrix_rank`` tolerance)
+    counts as a zero singular value: rounding leaves a zero eigenvalue of ZᵀZ near
+    ε₆₄·λ_max, whose square root, about 1e-8·σ_max, RankMe would add up in a layer of rank
+    below min(n, d)."""
     values = spectrum(second_moment)[: min(n_rows, len(second_moment))]
-    singular = np.sqrt(np.clip(values, 0.0, None))
+    floor = len(second_moment) * np.finfo(np.float64).eps * values.max(initial=0.0)
+    singular = np.sqrt(np.where(values > floor, values, 0.0))
     p = singular / singular.sum() + epsilon
     return float(np.exp(-(p * np.log(p)).sum()))
 
