@@ -247,6 +247,8 @@ class _TextSums:
 
     sums: torch.Tensor
     """(len(TEXT_SUMS),) float64."""
+    unit_sum: torch.Tensor
+    """(d,) float64: Σ x/|x| over the batch's rows."""
     rows: torch.Tensor | None
     """(B, d) float64: the texts' mean states (None unless ``dataset_rows: texts``)."""
     moment: torch.Tensor | None
@@ -314,8 +316,7 @@ class GeometryObserver(costs.GeometryCosts):
         exact = states.to(torch.float64)
         sums = self._sums(layer, exact)
         shifted = exact - sums.shift
-        product_dtype = torch_dtype(self.settings.product_dtype)
-        kept = shifted.to(product_dtype)
+        kept = shifted.to(torch_dtype(self.settings.product_dtype))
         earlier = [
             (self._cross(first, layer, width, device), *self._kept_rows(first))
             for first in self._earlier[layer]
@@ -323,13 +324,11 @@ class GeometryObserver(costs.GeometryCosts):
         product = kept.new_empty(width, width)
         second = shifted.new_zeros(width, width)
         add_gram_(second, shifted)
-        units = exact / torch.linalg.vector_norm(exact, dim=1, keepdim=True)
-        texts = self._text_sums(exact, units, sums)
+        texts = self._text_sums(exact, kept, sums)
         # Merged: nothing below allocates on the device.
         sums.n += len(states)
         sums.shifted_sum.add_(shifted.sum(dim=0))
         sums.second.add_(second)
-        sums.unit_sum.add_(units.sum(dim=0))
         self._add_text_sums_(sums, texts)
         for matrix, previous, _ in earlier:
             matrix.add_(torch.mm(previous.T, kept, out=product))
@@ -390,29 +389,30 @@ class GeometryObserver(costs.GeometryCosts):
             if not kept.pending.any():
                 del self._kept[first]
 
-    def _text_sums(self, states: torch.Tensor, units: torch.Tensor, sums: LayerSums) -> _TextSums:
-        """The batch's per-text sums (``TEXT_SUMS``) and dataset rows, from its rows
-        ``states`` (n, d) float64 and their unit vectors ``units`` (n, d) float64 (see
-        ``layerlaws.geometry.prompts``); allocates, adds nothing."""
-        device, settings = states.device, self.settings
+    def _text_sums(self, exact: torch.Tensor, kept: torch.Tensor, sums: LayerSums) -> _TextSums:
+        """The batch's per-text sums (``TEXT_SUMS``), unit-vector sum and dataset rows, from
+        its rows ``exact`` (n, d) float64 and ``kept`` (n, d), shifted by the layer's c, in
+        the product dtype (see ``layerlaws.geometry.prompts``); allocates, adds nothing."""
+        device, settings = exact.device, self.settings
         if device not in self._on_device:
             self._on_device[device] = self._texts.to(device)
         layout = self._on_device[device]
         length = layout.length.to(torch.float64)
-        text_states = layout.padded(states)
         if settings.prompt_states == "normalized":
-            text_states = prompts.normalized(text_states, layout.length)
+            normalized = prompts.normalized(kept, layout)
+            gram_rows, step_rows, pooled = normalized, normalized, normalized
+        else:
+            gram_rows, step_rows, pooled = exact.to(kept.dtype), kept, exact
         entropy, measured = prompts.prompt_entropies(
-            text_states.to(torch_dtype(settings.product_dtype)),
-            layout.length,
+            gram_rows,
+            layout,
             settings.entropy_alpha,
             clip=settings.prompt_states == "normalized",
         )
         curvature, counted = prompts.curvatures(
-            text_states, layout.length, absolute=settings.curvature_angle == "absolute"
+            step_rows, layout, absolute=settings.curvature_angle == "absolute"
         )
-        text_units = units.new_zeros(len(length), units.shape[1])
-        text_units.index_add_(0, layout.slot, units)
+        text_units = layout.sums(exact / torch.linalg.vector_norm(exact, dim=1, keepdim=True))
         values = [
             length.new_tensor(float(len(length))),
             measured.sum().to(torch.float64),
@@ -422,14 +422,12 @@ class GeometryObserver(costs.GeometryCosts):
             (length**2).sum(),
             (text_units**2).sum(),
         ]
-        if sums.text_rows is None:
-            return _TextSums(torch.stack(values), None, None)
-        rows = text_states.sum(dim=1) / length[:, None]
-        count, width = sums.row_count + len(rows), states.shape[1]
-        moment = None
-        if count > width:
-            moment = _rows_moment(sums.text_rows, sums.row_count).addmm_(rows.T, rows)
-        return _TextSums(torch.stack(values), rows, moment)
+        rows = moment = None
+        if sums.text_rows is not None:
+            rows = layout.sums(pooled).to(torch.float64) / length[:, None]
+            if sums.row_count + len(rows) > len(sums.shift):
+                moment = _rows_moment(sums.text_rows, sums.row_count).addmm_(rows.T, rows)
+        return _TextSums(torch.stack(values), text_units.sum(dim=0), rows, moment)
 
     @staticmethod
     def _add_text_sums_(sums: LayerSums, texts: _TextSums) -> None:
@@ -439,6 +437,7 @@ class GeometryObserver(costs.GeometryCosts):
         elif texts.rows is not None:
             sums.text_rows[sums.row_count : sums.row_count + len(texts.rows)] = texts.rows
         sums.texts.add_(texts.sums)
+        sums.unit_sum.add_(texts.unit_sum)
 
     def merge_(self, other: GeometryObserver) -> None:
         """Add ``other``'s sums (a shard of other texts, an observer built alike, its

@@ -132,6 +132,13 @@ def reference(rows, settings: GeometrySettings, num_layers: int) -> pl.DataFrame
     return pl.DataFrame(reference_rows(rows, settings, num_layers))
 
 
+ARCCOS = 1e-9
+"""The curvature's relative tolerance against float64 rounding: where consecutive
+normalised steps are (nearly) parallel, |cos| ≈ 1 and arccos turns a rounding δ ≈ 1e-16 of
+the cosine into √(2δ) ≈ 1e-8 of angle, about 1e-10 of a text's mean over a few dozen
+angles."""
+
+
 def assert_tables_close(
     found: pl.DataFrame, expected: pl.DataFrame, rtol: float | dict[str, float] = 1e-12
 ) -> None:

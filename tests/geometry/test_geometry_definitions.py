@@ -11,41 +11,42 @@ import authors_reference as ref
 import numpy as np
 import pytest
 import torch
-from geometry_passes import EXACT, PAPERS, HandMade, assert_tables_close, reference
+from geometry_passes import ARCCOS, EXACT, PAPERS, HandMade, assert_tables_close, reference
 
 from layerlaws.forward.model_pass import progress_of, restore
 from layerlaws.geometry.observer import GeometryObserver
 from layerlaws.geometry.settings import GeometrySettings
 
-FLOAT32_PRODUCTS = {"prompt_entropy": 1e-6, "cka_previous": 1e-6, "cka_last": 1e-6}
+FLOAT32_PRODUCTS = {
+    "prompt_entropy": 1e-6,
+    "dataset_entropy": 1e-6,
+    "curvature": 1e-6,
+    "cka_previous": 1e-6,
+    "cka_last": 1e-6,
+}
 """Relative tolerances of the default (float32 products) against the references, 1e-12 for
-the columns not named. The texts' Gram matrices are float32 products of unit vectors (and
-their eigenvalues float32 too): each entry rounds by about √d·2⁻²⁴ ≈ 3e-7 (d = 24), moving
-the normalised eigenvalues and so the prompt entropy (about 2 nats) by a few 1e-7 at most;
-the CKA's cross-moments are float32 products of states shifted by their batch mean,
-rounding relative to their spread (4e-7 on SmolLM2's states, ``bench/extraction.py``).
-Everything else is made in float64 from the float32 states (exact in float64): the second
-moment (RankMe, α-ReQ),
-the texts' normalised states, their steps and angles, their mean rows, the unit vectors
-of the anisotropy; the references and the observer then differ by float64 rounding of
-sums of a few hundred terms, and eigenvalues, well under 1e-12 relative. Measured on the
-tiny Llama: 1.1e-7 (prompt entropy), 2e-8 (CKA), 7e-11 (curvature), at most 4e-14 else."""
+the columns not named. The texts' states are normalised in float32 from the states shifted
+by the layer's fixed shift (rounded relative to their spread, ~2⁻²⁴), so each unit vector,
+each step and each text's mean row round by about 1e-7; the texts' Gram matrices are
+float32 products of those unit vectors (and their eigenvalues float32 too): each entry
+rounds by about √d·2⁻²⁴ ≈ 3e-7 (d = 24), moving the prompt entropy (about 2 nats), the
+dataset entropy and the mean angle by a few 1e-7 at most; the CKA's cross-moments are
+float32 products of the shifted states. The second moment (RankMe, α-ReQ) and the unit
+vectors of the anisotropy are float64, to 1e-12."""
 FLOAT64 = {"product_dtype": "float64", "alpha_req_ranks": (2, 6)}
 """The hand-made cases' settings besides the defaults: float64 products (the definitions
 compared to 1e-12) and α-ReQ fitted to ranks 2..6 (d = 6; the default 6..100 would leave
 one rank and NaN)."""
 EXACT_HAND = GeometrySettings(**FLOAT64)
 """The defaults with ``FLOAT64``."""
-ARCCOS = 1e-9
-"""The curvature's relative tolerance: where consecutive normalised steps are (nearly)
-parallel, |cos| ≈ 1 and arccos turns a rounding δ ≈ 1e-16 of the cosine into √(2δ) ≈ 1e-8
-of angle, about 1e-10 of a text's mean over a few dozen angles."""
-HAND_MADE = {"curvature": ARCCOS, "alpha_req": 1e-10}
+HAND_MADE = {"curvature": ARCCOS, "alpha_req": 1e-10, "dataset_entropy": 1e-10}
 """Relative tolerances of the hand-made cases, 1e-12 for the columns not named: the
 curvature's (``ARCCOS``) and α-ReQ's: its covariance is the second moment less n x̄x̄ᵀ, so
 an eigenvalue λ_r rounds by about ε‖Σxxᵀ‖, relative ε‖Σxxᵀ‖/λ_r; with a shared offset
 and a steep spectrum (α ≈ 7 on ranks 2..6) that is ~1e-11 on log λ_6, 3e-12 of α
-measured."""
+measured; and the raw dataset entropy's (``prompt_states: raw``): the texts' mean rows
+carry the shared offset, so the Gram matrix's smaller eigenvalues round relative to it
+(1.2e-12 measured)."""
 
 
 def test_every_default_quantity_matches_the_authors_definition(tiny, float32_pass):
@@ -53,7 +54,7 @@ def test_every_default_quantity_matches_the_authors_definition(tiny, float32_pas
     definitions computed in float64 from the same states (see ``FLOAT32_PRODUCTS``)."""
     (papers, _, _), keeper = float32_pass
     expected = reference(keeper.rows, PAPERS, tiny[1].num_layers)
-    assert_tables_close(papers.table(), expected, FLOAT32_PRODUCTS | {"curvature": ARCCOS})
+    assert_tables_close(papers.table(), expected, FLOAT32_PRODUCTS)
     assert papers.table()["cka_last"][-1] == pytest.approx(1.0, abs=1e-14)
 
 
