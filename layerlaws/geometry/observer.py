@@ -37,11 +37,14 @@ first batch it sees, rounded to the product dtype): y = x − c, so that a float
 rounds relative to the states' spread, not to the offset they share. What is summed is Σy,
 Σyyᵀ and Σ y_l y_mᵀ; at table time Σxxᵀ = Σyyᵀ + (Σy)cᵀ + c(Σy)ᵀ + n ccᵀ, the centred
 second moment is Σyyᵀ − (Σy)(Σy)ᵀ/n and the centred cross-moment Σ y_l y_mᵀ −
-(Σy_l)(Σy_m)ᵀ/n, in float64. The cross-moments and the texts' Gram matrices are made in
-``product_dtype``, float32 by default, and added into float64 sums; the second moment is
-made in float64 products whatever it says: float32 products leave spurious small
-eigenvalues in a layer of lower rank than d (few texts, repeated tokens), whose square roots
-RankMe adds up. The texts' normalisation, steps and angles are made in float64.
+(Σy_l)(Σy_m)ᵀ/n, in float64. The products are made in ``product_dtype``, float32 by
+default, and added into float64 sums, but for the second moment of layer 0 and of each
+layer's batches until it has seen d rows, made in float64: float32 products leave
+eigenvalues of about 2⁻²⁴‖Y‖² where a layer's states span fewer than d dimensions (fewer
+rows than d, or at layer 0 fewer distinct tokens than d), whose square roots RankMe would
+add up; past d rows a deeper layer's states span all d, unless its texts repeat one
+another. The texts' normalisation is made in the product dtype from the shifted states,
+their steps' lengths, dot products and angles in float64.
 
 Memory and time are in ``layerlaws.geometry.costs``. Everything is merged in float64 as
 sums, so shards merge by adding (``merge_``) and a pass resumes from its
@@ -315,19 +318,22 @@ class GeometryObserver(costs.GeometryCosts):
         device, width = states.device, states.shape[1]
         exact = states.to(torch.float64)
         sums = self._sums(layer, exact)
-        shifted = exact - sums.shift
-        kept = shifted.to(torch_dtype(self.settings.product_dtype))
+        product_dtype = torch_dtype(self.settings.product_dtype)
+        kept = states.to(product_dtype) - sums.shift.to(product_dtype)
+        exact_moment = layer == 0 or sums.n < width
+        moment_rows = exact - sums.shift if exact_moment else kept
         earlier = [
             (self._cross(first, layer, width, device), *self._kept_rows(first))
             for first in self._earlier[layer]
         ]
         product = kept.new_empty(width, width)
-        second = shifted.new_zeros(width, width)
-        add_gram_(second, shifted)
+        second = moment_rows.new_zeros(width, width)
+        add_gram_(second, moment_rows)
+        shifted_sum = moment_rows.sum(dim=0, dtype=torch.float64)
         texts = self._text_sums(exact, kept, sums)
         # Merged: nothing below allocates on the device.
         sums.n += len(states)
-        sums.shifted_sum.add_(shifted.sum(dim=0))
+        sums.shifted_sum.add_(shifted_sum)
         sums.second.add_(second)
         self._add_text_sums_(sums, texts)
         for matrix, previous, _ in earlier:

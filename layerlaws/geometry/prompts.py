@@ -111,7 +111,7 @@ def normalized(rows: torch.Tensor, layout: TextLayout) -> torch.Tensor:
     means = layout.sums(rows) / layout.length[:, None].to(rows.dtype)
     centred = rows - means[layout.slot]
     size = torch.linalg.vector_norm(centred, dim=1, keepdim=True)
-    return torch.where(size == 0, 0.0, centred.div_(size))
+    return centred.div_(size.clamp_(min=torch.finfo(rows.dtype).tiny))  # a zero row: 0 / tiny
 
 
 def prompt_entropies(

@@ -18,6 +18,8 @@ from layerlaws.geometry.observer import GeometryObserver
 from layerlaws.geometry.settings import GeometrySettings
 
 FLOAT32_PRODUCTS = {
+    "effective_rank": 1e-6,
+    "alpha_req": 1e-6,
     "prompt_entropy": 1e-6,
     "dataset_entropy": 1e-6,
     "curvature": 1e-6,
@@ -31,8 +33,9 @@ each step and each text's mean row round by about 1e-7; the texts' Gram matrices
 float32 products of those unit vectors (and their eigenvalues float32 too): each entry
 rounds by about √d·2⁻²⁴ ≈ 3e-7 (d = 24), moving the prompt entropy (about 2 nats), the
 dataset entropy and the mean angle by a few 1e-7 at most; the CKA's cross-moments are
-float32 products of the shifted states. The second moment (RankMe, α-ReQ) and the unit
-vectors of the anisotropy are float64, to 1e-12."""
+float32 products of the shifted states, and so is the second moment (RankMe, α-ReQ) of
+the layers past 0 once they have seen d rows (1.4e-9 measured). The unit vectors of the
+anisotropy are float64, to 1e-12."""
 FLOAT64 = {"product_dtype": "float64", "alpha_req_ranks": (2, 6)}
 """The hand-made cases' settings besides the defaults: float64 products (the definitions
 compared to 1e-12) and α-ReQ fitted to ranks 2..6 (d = 6; the default 6..100 would leave
@@ -179,6 +182,21 @@ def test_rankme_of_a_layer_of_lower_rank_than_d_is_near_the_singular_values():
         x, _ = case.rows(0)
         assert found["effective_rank"][0] == pytest.approx(ref.rankme(x), rel=1e-12)
         assert found["alpha_req"][0] == pytest.approx(ref.alpha_req(x, (1, 3)), rel=1e-12)
+
+
+def test_rankme_stays_exact_at_every_layer_over_fewer_rows_than_d():
+    """Two layers of d = 8 over 7 rows in two batches (so rank 7 < d at both): the second
+    moment of a layer that has seen fewer than d rows is made in float64 products
+    whatever ``product_dtype`` says, so RankMe agrees with the SVD's to rounding at layer 1
+    too (float32 products there leave a spurious singular value: 2e-10 of RankMe here,
+    3.7e-4 on SmolLM2's layer 0 over 12 texts); past d rows float32 products take over."""
+    rng = np.random.default_rng(11)
+    layers = [[rng.normal(size=(n, 8)) + 3.0 for n in (3, 4)] for _ in range(2)]
+    case = HandMade(layers)
+    found = table_of(case, GeometrySettings(alpha_req_ranks=(1, 3)), batches=[[0], [1]])
+    for layer in (0, 1):
+        x, _ = case.rows(layer)
+        assert found["effective_rank"][layer] == pytest.approx(ref.rankme(x), rel=1e-12)
 
 
 def test_anisotropy_is_over_tokens_of_other_texts_by_default():
