@@ -17,14 +17,15 @@ text tokens of a batch:
   with ``cka_against_last``, every layer's until the last arrives), n × d × (L + 1) in all
   (the current layer's included): at d = 4,096, L = 32 in float32, 540 kB per batch token
   (4.4 GB for a batch of 8,192 tokens); working copies of one layer's states (two in the
-  product dtype; seven in float64: the shifted states of the second moment, the unit
-  vectors, the texts' normalised states, the curvature's steps and their products), the
+  product dtype; seven in float64: the states, their shifted copy (for a float64 second
+  moment), the unit vectors, the curvature's steps and their lengths and products), the
   texts' Gram matrices (n × min(T, d)), and d × d matrices: the product, the float64 second
   moment and, under ``dataset_rows: texts``, the text rows' moment.
-- time: per layer and token about (2/3)·2d² float64 operations for the second moment (a Gram
-  product, ``layerlaws.core.products``), 2·min(T, d)·d for the text's Gram matrix and about
-  (4/3)·min(T, d)³ / T for its eigenvalues (prompt entropy), 2d² / T for the text rows'
-  moment, and 2d² per compared pair: at d = 4,096, L = 32, T = 2,048 about 1.5 G operations
+- time: per layer and token about (2/3)·2d² for the second moment (a Gram product,
+  ``layerlaws.core.products``; in float64 for layer 0 and each layer's first d rows, too
+  few to count here), 2·min(T, d)·d for the text's Gram matrix and about (4/3)·min(T, d)³
+  / T for its eigenvalues (prompt entropy), 2d² / T for the text rows' moment, and 2d² per
+  compared pair: at d = 4,096, L = 32, T = 2,048 about 1.5 G operations
   per token for the layers and 2.1 G for the 63 pairs. Counted as float64 operations, the
   float32 products as half of one (a CPU does float32 at twice the float64 rate; many
   GPUs at more).
@@ -84,11 +85,11 @@ def flops_per_token(
     docstring); the sums, norms and steps of order d per layer are counted as 24d."""
     d, width = hidden_size, min(tokens_per_text, hidden_size)
     pooled = 2 * d * d / tokens_per_text if settings.dataset_rows == "texts" else 0.0
-    second = GRAM_SHARE * 2 * d * d
+    products = GRAM_SHARE * 2 * d * d + 2 * width * d
     pairs = len(settings.layer_pairs(num_layers)) * 2 * d * d
     spectra = 4 / 3 * width**3 / tokens_per_text + pooled + 24 * d
     cost = PRODUCT_COST[settings.product_dtype]
-    return (num_layers + 1) * (second + cost * 2 * width * d + spectra) + cost * pairs
+    return (num_layers + 1) * (cost * products + spectra) + cost * pairs
 
 
 class GeometryCosts:

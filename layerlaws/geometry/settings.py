@@ -48,9 +48,10 @@ class GeometrySettings(StageSettings):
     rankme_epsilon: float
     """The ε added to each normalised singular value in RankMe (Garrido et al. 2023, §3)."""
     product_dtype: str
-    """The dtype of each batch's CKA cross-moment products and its texts' Gram matrices,
-    ``float32`` or ``float64``, added into float64 sums; the layer's second moment (RankMe,
-    α-ReQ) is made in float64 products whatever this says (see
+    """The dtype of each batch's matrix products (moments of the states shifted by a fixed
+    shift per layer, the texts' normalised states and Gram matrices), ``float32`` or
+    ``float64``, added into float64 sums; the second moment of layer 0 and of each layer
+    until it has seen d rows is made in float64 whatever this says (see
     ``layerlaws.geometry.observer``)."""
     cka_against_last: bool
     """Also linear CKA between each layer and the last: keeps every layer's batch states
