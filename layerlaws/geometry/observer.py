@@ -143,11 +143,6 @@ class LayerSums:
             0, shift, zeros(width), zeros(width, width), zeros(width), zeros(len(TEXT_SUMS)), rows
         )
 
-    @property
-    def total(self) -> torch.Tensor:
-        """Σx, (d,)."""
-        return self.shifted_sum + self.n * self.shift
-
     def uncentred(self) -> torch.Tensor:
         """Σxxᵀ = Σyyᵀ + (Σy)cᵀ + c(Σy)ᵀ + n ccᵀ, (d, d)."""
         moment = self.second.clone()
