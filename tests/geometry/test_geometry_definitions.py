@@ -8,6 +8,7 @@ import io
 from collections.abc import Callable
 
 import authors_reference as ref
+import geometry_fixtures
 import numpy as np
 import pytest
 import torch
@@ -16,6 +17,9 @@ from geometry_passes import ARCCOS, EXACT, PAPERS, HandMade, assert_tables_close
 from layerlaws.forward.model_pass import progress_of, restore
 from layerlaws.geometry.observer import GeometryObserver
 from layerlaws.geometry.settings import GeometrySettings
+
+float32_pass = pytest.fixture(scope="module")(geometry_fixtures.float32_pass)
+tiny = pytest.fixture(scope="module")(geometry_fixtures.tiny)
 
 FLOAT32_PRODUCTS = {
     "effective_rank": 1e-6,

@@ -6,6 +6,7 @@ the cost model and bad settings."""
 
 import io
 
+import geometry_fixtures
 import numpy as np
 import pytest
 import torch
@@ -36,6 +37,10 @@ from layerlaws.geometry.costs import accumulator_bytes
 from layerlaws.geometry.observer import QUANTITIES, GeometryObserver
 from layerlaws.geometry.settings import GeometrySettings
 from layerlaws.models.architectures import blocks_of
+
+float32_pass = pytest.fixture(scope="module")(geometry_fixtures.float32_pass)
+one_job = pytest.fixture(scope="module")(geometry_fixtures.one_job)
+tiny = pytest.fixture(scope="module")(geometry_fixtures.tiny)
 
 SHIFTS = {"curvature": ARCCOS}
 """Shards, and the halves of a split batch, shift their states by their own first batch's

@@ -1,8 +1,9 @@
-"""The geometry tests' fixtures: the tiny Llama's tokens and its passes (helpers in
-geometry_passes.py)."""
+"""The geometry tests' fixtures, as plain functions: the tiny Llama's tokens and its passes
+(helpers in geometry_passes.py). Each test module makes fixtures of those it uses
+(``module_fixture``); not a conftest.py, since the suite's tests import the top-level
+tests/conftest.py by its name."""
 
 import polars as pl
-import pytest
 import torch
 from geometry_passes import EXACT, OTHER, PAPERS, TEXTS, passed
 
@@ -11,7 +12,6 @@ from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
 
-@pytest.fixture(scope="module")
 def tiny(llama_folder, texts, tmp_path_factory):
     """The tiny Llama's folder, facts and the tokens of 24 texts (≤ 24 tokens each)."""
     folder = tmp_path_factory.mktemp("geometry") / "m"
@@ -23,7 +23,6 @@ def tiny(llama_folder, texts, tmp_path_factory):
     return folder, facts, tokens
 
 
-@pytest.fixture(scope="module")
 def float32_pass(tiny):
     """Observers of the papers' choices (float32 and float64 products) and of the other
     choices, and a Keeper, after one float32 pass (the observers convert; the references
@@ -32,7 +31,6 @@ def float32_pass(tiny):
     return observers, keeper
 
 
-@pytest.fixture(scope="module")
 def one_job(tiny):
     """The papers' observer (float64 products) after a float64 pass (a text's states then
     do not depend on its batch)."""
