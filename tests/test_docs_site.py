@@ -1,6 +1,10 @@
 """The docs site (mkdocs.yml, `make docs`) builds in strict mode, so that a broken link, a
 missing anchor, a page left out of the nav or a cross-reference to nothing fails the suite;
-and every API object the pages name has an entry in the site's API reference."""
+every API object the pages name has an entry in the site's API reference; every file a page
+references is in the site and none is fetched from elsewhere; and the site, opened in a real
+browser from disk and through a local server, looks like its theme's pages: styled, its
+navigation listing every page, its search finding a page, its images drawn, no horizontal
+scroll bar at 1280 px (tests/browser.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ import os
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+from browser import broken_images, launched, opened, remote, served
 from mkdocstrings import Inventory
 
 ROOT = Path(__file__).parents[1]
@@ -77,3 +84,114 @@ def test_the_name_check_finds_what_it_looks_for():
         "layerlaws.api.Config",
         "layerlaws.api.coupling",
     }
+
+
+class _References(HTMLParser):
+    """The URLs a page's elements load or link to, with their tag: ``src`` of scripts,
+    images and frames, ``href`` of links and anchors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attribute = {"a": "href", "link": "href"}.get(tag, "src")
+        self.urls += [(tag, value) for name, value in attrs if name == attribute and value]
+
+
+def references(page: Path, site: Path) -> tuple[list[str], list[str]]:
+    """(the files of ``site`` that ``page`` references and that are missing, the URLs it
+    loads from elsewhere); a path from the root (``/assets/…``, the 404 page's) is of the
+    site's root, and an anchor's link to another site is followed by a person, not loaded."""
+    parser = _References()
+    parser.feed(page.read_text())
+    missing, elsewhere = [], []
+    for tag, url in parser.urls:
+        parsed = urlparse(url)
+        if parsed.scheme in ("mailto", "data"):
+            continue
+        if parsed.scheme or parsed.netloc:
+            elsewhere += [] if tag == "a" else [url]
+        elif parsed.path:
+            folder = site if parsed.path.startswith("/") else page.parent
+            missing += [] if (folder / parsed.path.lstrip("/")).exists() else [url]
+    return missing, elsewhere
+
+
+def test_every_file_a_page_references_is_in_the_site_and_nothing_loads_from_elsewhere(site):
+    found = {
+        page.relative_to(site).as_posix(): references(page, site)
+        for page in sorted(site.rglob("*.html"))
+    }
+    missing = {page: refs[0] for page, refs in found.items() if refs[0]}
+    elsewhere = {page: refs[1] for page, refs in found.items() if refs[1]}
+    assert len(found) > 20
+    assert (missing, elsewhere) == ({}, {})
+
+
+def test_the_reference_check_finds_a_missing_file_and_a_font_from_elsewhere(tmp_path):
+    (tmp_path / "here.css").write_text("")
+    page = tmp_path / "page.html"
+    page.write_text(
+        '<link rel="stylesheet" href="here.css"><link rel="stylesheet" href="gone.css">'
+        '<link rel="stylesheet" href="https://fonts.example.org/css">'
+        '<a href="https://example.org/paper">a paper</a><img src="figure.png#x">'
+        '<script src="/here.css"></script>'
+    )
+    assert references(page, tmp_path) == (
+        ["gone.css", "figure.png#x"],
+        ["https://fonts.example.org/css"],
+    )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched() as chromium:
+        yield chromium
+
+
+def nav_pages(site: Path) -> set[str]:
+    """The site's pages a person reaches from the navigation: every built page but 404."""
+    return {p.relative_to(site).as_posix() for p in site.rglob("*.html")} - {"404.html"}
+
+
+@pytest.mark.parametrize("where", ["disk", "server"])
+def test_the_site_in_a_browser_is_styled_navigable_and_searchable(site, browser, where):
+    with served(site) as base, opened(browser) as (page, requested):
+        root = site.as_uri() if where == "disk" else base
+        page.goto(f"{root}/index.html")
+        header = page.locator("header.md-header")
+        assert header.evaluate("e => getComputedStyle(e).position") == "sticky"
+        assert header.evaluate("e => getComputedStyle(e).backgroundColor") != "rgba(0, 0, 0, 0)"
+        links = page.locator("nav.md-nav--primary a.md-nav__link[href]")
+        listed = {
+            urlparse(href).path.lstrip("/").removeprefix(site.as_posix().lstrip("/") + "/")
+            for href in links.evaluate_all("links => links.map(link => link.href)")
+        }
+        assert listed == nav_pages(site)
+        page.locator("input.md-search__input").fill("gpus_per_node")
+        results = page.locator("a.md-search-result__link")
+        results.first.wait_for(timeout=15_000)
+        found = {urlparse(url).path.rsplit("/", 1)[-1] for url in results.evaluate_all(
+            "links => links.map(link => link.href)"
+        )}
+        assert "configuration.html" in found
+        assert remote(requested) == []
+
+
+def test_every_page_in_a_browser_draws_its_images_and_fits_1280_px(site, browser):
+    with opened(browser, width=1280) as (page, requested):
+        drawn = {}
+        for name in sorted(nav_pages(site)):
+            page.goto((site / name).as_uri())
+            overflow = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            drawn[name] = (overflow, broken_images(page))
+        page.goto((site / "results.html").as_uri())
+        shown = re.findall(r"!\[", (ROOT / "docs" / "results.md").read_text())
+        assert page.locator("article img").count() == len(shown) > 0
+        page.goto((site / "reference/api.html").as_uri())
+        assert page.locator("[id='layerlaws.api.Config'].doc-heading").count() == 1
+        assert {name: state for name, state in drawn.items() if state != (0, [])} == {}
+        assert remote(requested) == []

@@ -1,0 +1,109 @@
+"""Pages opened as a person opens them: the system's Chromium, driven headless by Playwright
+(the pip package; its own browser downloads are not used), for the docs site and the
+Snakemake report.
+
+``make test`` installs Debian's ``chromium`` where the machine has none; elsewhere set
+``LAYERLAWS_CHROMIUM`` to a Chromium or Chrome executable. A missing browser fails the test
+that needs it, saying so: it is never skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+EXECUTABLES = ("chromium", "chromium-browser", "google-chrome")
+LOCAL_SCHEMES = {"file", "data", "blob", "about"}
+"""Schemes of requests that stay on the machine (besides http to 127.0.0.1)."""
+
+
+def chromium() -> str:
+    """The Chromium executable: ``LAYERLAWS_CHROMIUM``, else the first of ``EXECUTABLES`` on
+    the PATH; fails the test with what to install when there is none."""
+    found = os.environ.get("LAYERLAWS_CHROMIUM") or next(
+        filter(None, map(shutil.which, EXECUTABLES)), None
+    )
+    if not found:
+        pytest.fail(
+            "no Chromium to open the pages in: `make test` installs Debian's "
+            "(apt-get install chromium); or set LAYERLAWS_CHROMIUM to a Chromium executable"
+        )
+    return found
+
+
+@contextmanager
+def launched() -> Iterator[Browser]:
+    """A headless Chromium (no sandbox: the suite may run as root in a container)."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def opened(
+    browser: Browser, width: int = 1280, height: int = 800
+) -> Iterator[tuple[Page, list[str]]]:
+    """A page of ``width`` × ``height`` CSS pixels, and the list of every URL it asks for
+    (in order, filled as it loads)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    requested: list[str] = []
+    context.on("request", lambda request: requested.append(request.url))
+    try:
+        yield context.new_page(), requested
+    finally:
+        context.close()
+
+
+def remote(urls: list[str]) -> list[str]:
+    """The URLs that leave the machine."""
+    return [
+        url
+        for url in urls
+        if urlparse(url).scheme not in LOCAL_SCHEMES
+        and urlparse(url).hostname not in ("127.0.0.1", "localhost")
+    ]
+
+
+@contextmanager
+def served(folder: Path) -> Iterator[str]:
+    """``folder`` served over HTTP on 127.0.0.1 (a free port) while the block runs; its
+    base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
+        pass
+
+
+def broken_images(page: Page) -> list[str]:
+    """The page's images that did not load (no pixels), by source; every image is waited for."""
+    return page.evaluate(
+        """async () => {
+            const images = [...document.images];
+            await Promise.all(images.map(image => image.decode().catch(() => null)));
+            return images.filter(image => !image.complete || image.naturalWidth === 0)
+                         .map(image => image.getAttribute('src'));
+        }"""
+    )
