@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -93,7 +94,7 @@ def served(folder: Path) -> Iterator[str]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -107,3 +108,35 @@ def broken_images(page: Page) -> list[str]:
                          .map(image => image.getAttribute('src'));
         }"""
     )
+
+
+GENERAL = {"Workflow", "Statistics", "About"}
+"""The report's menu entries that are not result categories."""
+
+
+def report_figures(browser: Browser, report: Path) -> dict[str, tuple[str, int, int] | None]:
+    """Each result category a Snakemake report lists → the first figure (SVG or PNG) of its
+    first subcategory, opened as a person opens it (the category, the subcategory, the
+    figure's eye): (its file, its drawn width and height in pixels); None where the category
+    shows no figure or it is not drawn."""
+    shown: dict[str, tuple[str, int, int] | None] = {}
+    with opened(browser) as (page, _):
+        page.goto(report.as_uri())
+        menu = page.locator("a.block > span")
+        for category in [name for name in menu.all_inner_texts() if name not in GENERAL]:
+            page.goto(report.as_uri())
+            menu.get_by_text(category, exact=True).click()
+            eyes = page.locator("tr:has(a[iconname=eye])")
+            if eyes.count() == 0:
+                menu.first.click()
+            figure = eyes.filter(has_text=re.compile(r"\.(svg|png)\s*$"))
+            if figure.count() == 0:
+                shown[category] = None
+                continue
+            path = figure.first.locator("td").first.inner_text().strip()
+            figure.first.locator("a[iconname=eye]").click()
+            image = page.locator(f"img[src*='filename={Path(path).name};']")
+            image.wait_for(timeout=10_000)
+            size = image.evaluate("i => i.decode().then(() => [i.naturalWidth, i.naturalHeight])")
+            shown[category] = (path, *size) if min(size) > 0 else None
+    return shown

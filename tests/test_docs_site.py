@@ -172,9 +172,10 @@ def test_the_site_in_a_browser_is_styled_navigable_and_searchable(site, browser,
         page.locator("input.md-search__input").fill("gpus_per_node")
         results = page.locator("a.md-search-result__link")
         results.first.wait_for(timeout=15_000)
-        found = {urlparse(url).path.rsplit("/", 1)[-1] for url in results.evaluate_all(
-            "links => links.map(link => link.href)"
-        )}
+        found = {
+            urlparse(url).path.rsplit("/", 1)[-1]
+            for url in results.evaluate_all("links => links.map(link => link.href)")
+        }
         assert "configuration.html" in found
         assert remote(requested) == []
 

@@ -367,3 +367,22 @@ def test_render_stops_at_a_placeholder_that_names_no_number(copied_pages, capsys
     )
     assert (copied_pages / "README.md").read_text() == "stale"
     assert (copied_pages / "docs/results.md").read_text() == RESULTS
+
+
+FIGURE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"], ids=["readme", "results"])
+def test_the_figures_a_page_shows_are_drawn_images_of_a_sane_size(page):
+    from PIL import Image, ImageStat
+
+    source = ROOT / page
+    shown = FIGURE.findall(source.read_text())
+    assert shown
+    for name in shown:
+        with Image.open(source.parent / name) as image:
+            image.load()
+            width, height = image.size
+            spread = ImageStat.Stat(image.convert("L")).stddev[0]
+        assert 300 <= width <= 4000 and 150 <= height <= 4000, (name, image.size)
+        assert spread > 5, f"{name} is blank (grey-level spread {spread:.1f})"

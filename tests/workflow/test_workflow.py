@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 import torch
 import yaml
+from browser import launched, report_figures
 from fake_packages import install_config_packages
 from kept_files import KeptFiles
 from lstsq_reference import reference_pr
@@ -311,10 +312,26 @@ def test_the_coupling_of_each_prompt_and_dataset_on_request(finished, tmp_path):
     )
 
 
-def test_report_is_generated(finished):
+REPORT_CATEGORIES = {
+    "Block coupling",
+    "Equi-learning",
+    "Probability signatures",
+    "Summary",
+    "Trajectories",
+}
+"""The result categories of the tiny run's report (no training, series or synthetic task)."""
+
+
+def test_the_report_in_a_browser_lists_its_categories_and_draws_a_figure_of_each(finished):
     run_ok(finished, "--report", "report.html")
-    html = (finished / "report.html").read_text(errors="replace")
-    assert "Equi-learning" in html and "law.svg" in html
+    with launched() as browser:
+        figures = report_figures(browser, finished / "report.html")
+    assert set(figures) == REPORT_CATEGORIES
+    drawn = {category: shown for category, shown in figures.items() if shown}
+    assert drawn.keys() == figures.keys(), f"no figure drawn: {figures}"
+    for path, width, height in drawn.values():
+        assert (finished / path).is_file()
+        assert 100 <= width <= 4000 and 100 <= height <= 4000, (path, width, height)
 
 
 # What reruns when: one test per row of the table in docs/workflow.md.
