@@ -80,9 +80,13 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 # Two workers (pytest-xdist): each test module, or the modules that share a workflow run,
-# on one worker (tests/conftest.py); the 25 slowest tests are printed.
+# on one worker (tests/conftest.py); the 25 slowest tests are printed. Then the numerical
+# tests under each CPU kernel set and with 1 and 2 threads (tests/kernel_sets.py), but the
+# main run's (the CPU's own set at the workers' threads).
+WORKER_THREADS = $(shell n=$$(( $$(nproc) / $(CORES) )); echo $$(( n > 0 ? n : 1 )))
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup --durations=25
+	$(BIN)/python tests/kernel_sets.py --skip-native-threads $(WORKER_THREADS)
 
 # The docs site (mkdocs.yml): README.md, docs/*.md, CHANGELOG.md and the API reference
 # generated from the docstrings, into site/; strict, as tests/test_docs_site.py builds it.

@@ -49,14 +49,15 @@ SHARED_RUNS = {"finished": "finished", "series_run": "series"}
 def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker computes on its share of the cores (torch's threads; with
     each of two workers on both cores of a 2-core machine, their OpenMP threads wait on
-    each other and small models run 10× slower).
+    each other and small models run 10× slower), or on ``LAYERLAWS_TEST_THREADS``.
 
     Under ``--dist loadgroup``, stop unless pytest-xdist can write a test's group into its
     node id (``name@group``, what the scheduler reads; it sets ``item._nodeid``, which
     pytest 9.2 no longer reads): modules would otherwise be split across workers, and two
     workers make one module's fixtures twice, such as two SLURM clusters on one machine."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    threads = os.environ.get("LAYERLAWS_TEST_THREADS")  # set by tests/kernel_sets.py
+    torch.set_num_threads(int(threads) if threads else max(1, (os.cpu_count() or 1) // workers))
     if config.getoption("dist", "no") != "loadgroup":
         return
     try:
@@ -71,14 +72,52 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+NUMERICAL = {
+    f"tests/{module}.py"
+    for module in (
+        "core/test_geometry",
+        "core/test_products",
+        "coupling/test_coupling",
+        "coupling/test_coupling_matrices",
+        "coupling/test_matrix_free",
+        "coupling/test_per_prompt",
+        "coupling/test_released_metrics",
+        "equilearning/test_equilearning",
+        "equilearning/test_evaluation",
+        "equilearning/test_fuzziness",
+        "equilearning/test_law",
+        "equilearning/test_layer_states",
+        "equilearning/test_norms",
+        "equilearning/test_regression",
+        "forward/test_encoder_decoder",
+        "forward/test_forward_pass",
+        "forward/test_pass_shards",
+        "geometry/test_geometry_definitions",
+        "geometry/test_geometry_observer",
+        "models/test_heads",
+        "models/test_precision",
+        "series/test_fit_subsets",
+        "series/test_score_fits",
+        "signatures/test_counting",
+        "signatures/test_signatures",
+        "signatures/test_token_groups",
+    )
+}
+"""The modules whose tests compare the code's numbers with an independent reference (marked
+``numerics``: rerun under each kernel set and thread count, tests/kernel_sets.py)."""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (make test): the tests of a module run
     on one worker, so its module fixtures are made once, and the modules that read the same
-    workflow run (``SHARED_RUNS``) run on one worker, so that run is made once."""
+    workflow run (``SHARED_RUNS``) run on one worker, so that run is made once. The tests of
+    ``NUMERICAL`` are marked ``numerics``."""
     groups: dict[str, str] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
+        if module in NUMERICAL:
+            item.add_marker(pytest.mark.numerics)
         for fixture, group in SHARED_RUNS.items():
             if fixture in item.fixturenames:
                 groups[module] = group

@@ -74,5 +74,7 @@ def test_the_papers_numbering_regresses_transformers_hidden_states(family, token
     np.testing.assert_allclose(ours["pr"].to_numpy(), expected, rtol=0, atol=1e-9)
     # Layers L − 1 and L are the last block's output before and after the final norm: one
     # PR under the model norm (the unit norm and the final norm differ by a diagonal map).
+    # Mamba's final norm rounds its output to float32 (u = 2⁻²⁴ a feature), which moves PR by
+    # up to ≈ 2u·√(PR(1 − PR)) ≈ 3e-8 per unit of condition (5e-10 seen); RWKV's is float64.
     model_norm = ours.filter(pl.col("norm") == "model")["pr"].to_numpy()
-    assert model_norm[-2] == pytest.approx(model_norm[-1], abs=1e-9)
+    assert model_norm[-2] == pytest.approx(model_norm[-1], abs=1e-7 if family == "mamba" else 1e-9)

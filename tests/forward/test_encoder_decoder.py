@@ -425,7 +425,9 @@ def test_the_law_of_a_t5_matches_float64_lstsq_in_both_stacks(t5, probe):
             kept = ~special[:-1] & ~special[1:]
             losses += (-scored.numpy()[kept]).tolist()
         assert evaluation.count == len(losses) > 0
-        assert evaluation.table()["loss"][0] == pytest.approx(np.mean(losses), rel=1e-7)
+        # The pass scores in float32 (``HeldOutEvaluation.observe_logits``), the reference
+        # in float64: each row off by a few ε32 × (log V + |logits|), 1e-6 relative bounds it.
+        assert evaluation.table()["loss"][0] == pytest.approx(np.mean(losses), rel=1e-6)
     if probe == "span_corruption":
         # The held-out loss is T5's own: transformers' loss given the targets as labels
         # (it shifts them right itself), the EOS left out as it is no row.
@@ -441,7 +443,8 @@ def test_the_law_of_a_t5_matches_float64_lstsq_in_both_stacks(t5, probe):
                 )
             losses += [float(output.loss)] * int((labels >= 0).sum())
         assert evaluation.count == len(losses)
-        assert evaluation.table()["loss"][0] == pytest.approx(np.mean(losses), rel=1e-7)
+        # float32 scoring against transformers' float64 loss: 1e-6 relative, as above.
+        assert evaluation.table()["loss"][0] == pytest.approx(np.mean(losses), rel=1e-6)
 
 
 def test_an_encoder_decoder_is_refused_where_it_cannot_be_measured(t5):
