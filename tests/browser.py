@@ -140,3 +140,23 @@ def report_figures(browser: Browser, report: Path) -> dict[str, tuple[str, int, 
             size = image.evaluate("i => i.decode().then(() => [i.naturalWidth, i.naturalHeight])")
             shown[category] = (path, *size) if min(size) > 0 else None
     return shown
+
+
+def searched(page: Page, query: str, timeout_ms: int = 60_000) -> list[str]:
+    """The links a Material docs page's search lists for ``query`` (typed into its box). The
+    index loads in a worker: from a server at once, with the page, and a query typed before
+    it is ready can be lost (the box then says "Type to start searching"); from the disk
+    only once something is typed. So the query is typed, the index waited for, and the
+    query typed again if it was lost."""
+    box, meta = page.locator("input.md-search__input"), page.locator(".md-search-result__meta")
+    results = page.locator("a.md-search-result__link")
+    box.fill(query)
+    page.wait_for_function(
+        "!document.querySelector('.md-search-result__meta').innerText.includes('Initializing')",
+        timeout=timeout_ms,
+    )
+    if results.count() == 0 and "matching" not in meta.inner_text():
+        box.fill("")
+        box.fill(query)
+    results.first.wait_for(timeout=timeout_ms)
+    return results.evaluate_all("links => links.map(link => link.href)")

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import broken_images, launched, opened, remote, served
+from browser import broken_images, launched, opened, remote, searched, served
 from mkdocstrings import Inventory
 
 ROOT = Path(__file__).parents[1]
@@ -169,13 +169,7 @@ def test_the_site_in_a_browser_is_styled_navigable_and_searchable(site, browser,
             for href in links.evaluate_all("links => links.map(link => link.href)")
         }
         assert listed == nav_pages(site)
-        page.locator("input.md-search__input").fill("gpus_per_node")
-        results = page.locator("a.md-search-result__link")
-        results.first.wait_for(timeout=15_000)
-        found = {
-            urlparse(url).path.rsplit("/", 1)[-1]
-            for url in results.evaluate_all("links => links.map(link => link.href)")
-        }
+        found = {urlparse(url).path.rsplit("/", 1)[-1] for url in searched(page, "gpus_per_node")}
         assert "configuration.html" in found
         assert remote(requested) == []
 
