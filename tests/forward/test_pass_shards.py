@@ -15,6 +15,7 @@ from layerlaws.equilearning.settings import EquilearningSettings
 from layerlaws.forward.model_pass import run_forward_pass
 from layerlaws.forward.shards import merge_pass_shards, write_pass_shard
 from layerlaws.models.loading import load_model, load_tokenizer
+from layerlaws.models.precision import keep_float64
 from layerlaws.models.preparation import prepare_model
 from layerlaws.text.tokens import tokenize_sentences
 
@@ -26,8 +27,9 @@ SETTINGS = EquilearningSettings.from_config(
 
 @pytest.fixture(scope="module")
 def run(llama_folder, texts, tmp_path_factory):
-    """The tiny Llama in float64 (a sequence's states do not depend on its batch) and the
-    tokens of 40 texts."""
+    """The tiny Llama in float64 throughout (``keep_float64``: its RMSNorm's float32 cast
+    kept in float64, so no state rounds to float32 and a sequence's states do not depend on
+    its batch to float64 rounding) and the tokens of 40 texts."""
     folder = tmp_path_factory.mktemp("shards") / "m"
     facts = prepare_model({"source": {"kind": "local", "path": str(llama_folder)}}, folder)
     tokenizer = load_tokenizer(folder)
@@ -35,7 +37,7 @@ def run(llama_folder, texts, tmp_path_factory):
         {"sentence_id": list(range(40)), "text": texts[:40], "source": ["t"] * 40}
     )
     tokens = tokenize_sentences(sentences, tokenizer, max_tokens=24)
-    model = load_model(folder, "float32", "cpu").to(torch.float64)
+    model = keep_float64(load_model(folder, "float32", "cpu").to(torch.float64))
     return model, facts, tokenizer, tokens
 
 
