@@ -29,7 +29,7 @@ rule pack_training_corpus:
         LAYOUT.log("pack_training_corpus", "{training}"),
     priority: 50
     params:
-        training=on.config_entry(config, "training", "training"),
+        training=on.training_settings(config),
         source=lambda wildcards: TARGETS.training_source(wildcards.training),
     script:
         "../scripts/pack_training_corpus.py"
@@ -73,7 +73,7 @@ rule train_model:
     log:
         LAYOUT.log("train_model", "{training}"),
     params:
-        training=on.config_entry(config, "training", "training"),
+        training=on.training_settings(config),
     script:
         "../scripts/train_model.py"
 

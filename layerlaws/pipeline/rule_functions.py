@@ -123,11 +123,17 @@ def rule_partitions(rules: Iterable[Any], planner: Any) -> Callable[[Any], dict[
     return partitions
 
 
+RERUN_NOTHING = ("gpus", "compile")
+"""``training.<key>`` settings that change no weight (how many processes run a job, whether
+its steps are compiled), so they are no param: changing one reruns nothing."""
+
+
 def training_settings(config: Mapping[str, Any]) -> Callable[[Any], dict[str, Any]]:
-    """The job's ``training.<key>`` block less its ``gpus`` (how many processes run a job
-    changes no weight, so it is no param: changing it reruns nothing)."""
+    """The job's ``training.<key>`` block less its ``RERUN_NOTHING`` settings."""
     return lambda wildcards: {
-        key: value for key, value in config["training"][wildcards.training].items() if key != "gpus"
+        key: value
+        for key, value in config["training"][wildcards.training].items()
+        if key not in RERUN_NOTHING
     }
 
 

@@ -46,6 +46,10 @@ INITIALISATIONS = ("default", "normal_fan_in")
 matrix W drawn from N(0, 1/d_in) with d_in the dimension of its input (Yao & Xu,
 Appendix A; ``training.train.normal_fan_in_``)."""
 
+EXECUTION_ONLY = ("segment_steps", "compile")
+"""``TrainingSpec`` fields that say how a run is executed, not what it computes (the same
+weights, or the same up to float rounding): left out of its fingerprint."""
+
 
 @dataclass(frozen=True)
 class TrainingSpec:
@@ -100,6 +104,10 @@ class TrainingSpec:
     eval_every: int
     """Steps between held-out evaluations of the loss curve (and at every checkpoint)."""
     held_out_sequences: int
+    compile: bool = False
+    """Whether the training steps run the model through ``torch.compile``: the same
+    weights up to float rounding, so, like ``segment_steps``, left out of the fingerprint
+    (a run resumes across it)."""
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> TrainingSpec:
@@ -131,6 +139,7 @@ class TrainingSpec:
             segment_steps=settings.get("segment_steps"),
             eval_every=settings["eval_every"],
             held_out_sequences=settings["held_out_sequences"],
+            compile=settings.get("compile", False),
         )
 
     @property
@@ -158,7 +167,9 @@ class TrainingSpec:
     def fingerprint(self, *data: np.ndarray) -> str:
         """A hash of the spec and the training data: a checkpoint with another
         fingerprint belongs to another run and is never resumed from."""
-        settings = {name: value for name, value in asdict(self).items() if name != "segment_steps"}
+        settings = {
+            name: value for name, value in asdict(self).items() if name not in EXECUTION_ONLY
+        }
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
         for array in data:
             flat = np.ascontiguousarray(array).reshape(-1)

@@ -130,10 +130,18 @@ def normal_fan_in_(model: torch.nn.Module) -> None:
         drawn.add(id(module.weight))
 
 
+FUSED_DEVICES = ("cpu", "cuda")
+"""Devices where PyTorch's AdamW has its fused kernel (one kernel over every parameter
+rather than a loop of small operations per parameter)."""
+
+
 def optimizer_of(spec: TrainingSpec, model: Any) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not on norms, biases or 1-d weights)."""
+    """AdamW; weight decay on matrices only (not on norms, biases or 1-d weights); the
+    fused implementation where every parameter is on a ``FUSED_DEVICES`` device, else the
+    multi-tensor one (the same update up to float rounding)."""
     decayed = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    fused = all(p.device.type in FUSED_DEVICES for p in decayed + other)
     return torch.optim.AdamW(
         [
             {"params": decayed, "weight_decay": spec.weight_decay},
@@ -141,6 +149,8 @@ def optimizer_of(spec: TrainingSpec, model: Any) -> torch.optim.AdamW:
         ],
         lr=spec.learning_rate,
         betas=spec.betas,
+        fused=fused,
+        foreach=None if fused else True,
     )
 
 
@@ -177,7 +187,12 @@ class TrainingRun:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     resumed_from: int | None = None
     seconds: float = 0.0
+    """Wall-clock seconds of the steps run, their evaluations and saves included."""
     tokens_per_second: float = 0.0
+    evaluation_seconds: float = 0.0
+    """Of ``seconds``, those of the held-out evaluations."""
+    saving_seconds: float = 0.0
+    """Of ``seconds``, those of the checkpoints and resume points written."""
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -304,6 +319,7 @@ def train(
         log.info("resuming from %s (step %d of %d)", resume, start, spec.steps)
     model.train()
     wrapped = ranks.wrap(model, device)
+    stepped = torch.compile(wrapped) if spec.compile else wrapped
     previous = resume
 
     def evaluate() -> float | None:
@@ -313,7 +329,10 @@ def train(
         passes = spec.micro_batch_size
         if ranks.size > 1:
             passes = min(passes, spec.batch_size // ranks.size)
-        return held_out_loss(model, evaluation, passes, device)
+        started = time.perf_counter()
+        loss = held_out_loss(model, evaluation, passes, device)
+        result.evaluation_seconds += time.perf_counter() - started
+        return loss
 
     def checkpoint(step: int, held: float | None) -> None:
         nonlocal previous
@@ -325,6 +344,7 @@ def train(
             on_checkpoint(step)
 
     def save(step: int, held: float | None) -> Path:
+        started = time.perf_counter()
         train_losses = [row["train_loss"] for row in result.curve if row["step"] == step]
         record = {
             "step": step,
@@ -339,19 +359,22 @@ def train(
         )
         what = "checkpoint" if step in spec.checkpoints else "resume point"
         log.info("%s at step %d (%d tokens seen)", what, step, record["tokens_seen"])
+        result.saving_seconds += time.perf_counter() - started
         return saved
 
     if resume is None and 0 in spec.checkpoints and ranks.first:
         held = evaluate()
         result.curve.append(_curve_row(spec, n_sequences, 0, None, held))
         checkpoint(0, held)
+    # Step 0's evaluation and save are not among the steps' seconds.
+    result.evaluation_seconds = result.saving_seconds = 0.0
     started, pending = time.perf_counter(), []
     for step in range(start, stop):
         rate = learning_rate_at(spec, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
         loss = accumulate_gradients(
-            wrapped,
+            stepped,
             sequences,
             batch_indices(n_sequences, spec, step),
             spec.micro_batch_size,

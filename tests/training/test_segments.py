@@ -5,6 +5,7 @@ included; through Snakemake, each checkpoint's model waits for its own segment o
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -220,3 +221,9 @@ def test_segmented_training_through_snakemake_is_one_run(training_config, tmp_pa
     records = [json.loads((training / f"reached/step{s}.json").read_text()) for s in (0, 2)]
     assert [record["resumed_from_step"] for record in records] == [None, 0]
     assert records[1]["held_out_loss"] == whole.checkpoints[1]["held_out_loss"]
+    # How a job runs its steps changes no weight: its processes and torch.compile rerun nothing.
+    config = copy.deepcopy(training_config)
+    config["training"]["tiny"] |= {"gpus": 2, "compile": True}
+    write_config(workdir, config)
+    planned = run_ok(workdir, "--dry-run", "results/training/tiny/training.json").stdout
+    assert "Nothing to be done" in planned, planned
